@@ -1,0 +1,43 @@
+"""The asyncio side of one request: an async iterator of events, and cancel()."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Callable
+
+from worker.engine.requests import Event, Finished
+
+if TYPE_CHECKING:
+    from worker.engine.scheduler import Sequence
+
+
+class RequestHandle:
+    def __init__(self, sequence: Sequence, cancel: Callable[[Sequence], None]) -> None:
+        self._sequence = sequence
+        self._cancel = cancel
+        self._events: asyncio.Queue[Event] = asyncio.Queue()
+        self.finished: Finished | None = None
+
+    @property
+    def request_id(self) -> str:
+        return self._sequence.request.request_id
+
+    def push(self, event: Event) -> None:
+        """Called on the event loop by the engine's dispatcher."""
+        self._events.put_nowait(event)
+
+    def cancel(self) -> None:
+        """Stop generating; the slot is freed at the engine's next step. Idempotent."""
+        if self.finished is None:
+            self._cancel(self._sequence)
+
+    def __aiter__(self) -> RequestHandle:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self.finished is not None:
+            raise StopAsyncIteration
+        event = await self._events.get()
+        if isinstance(event, Finished):
+            self.finished = event
+        return event

@@ -1,0 +1,69 @@
+"""What the API hands the engine and what the engine hands back: plain data."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """One request's sampler chain, in llama.cpp's terms.
+
+    temperature <= 0 means greedy; top_k 0, top_p 1, min_p 0, the penalties at
+    their neutral values and an empty logit_bias each leave their stage out.
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    repeat_last_n: int = 64
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None  # None: a fresh random seed per request
+    logit_bias: dict[int, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Request:
+    prompt_tokens: list[int]
+    max_tokens: int
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    request_id: str = ""
+
+
+class FinishReason(str, enum.Enum):
+    EOS = "eos"  # the model produced an end-of-generation token
+    STOP = "stop"  # a stop string matched
+    LENGTH = "length"  # max_tokens or the sequence's context ran out
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """New text: whole UTF-8 characters that can no longer be part of a stop string.
+
+    `tokens` counts the tokens generated so far; one event may carry the text of several.
+    """
+
+    text: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Finished:
+    reason: FinishReason
+    prompt_tokens: int
+    completion_tokens: int
+    stop_sequence: str | None = None
+    message: str = ""  # why, for LENGTH-by-context, CANCELLED and ERROR
+    queue_s: float = 0.0  # submit -> admitted to a slot
+    ttft_s: float = 0.0  # submit -> first generated token
+    decode_s: float = 0.0  # first token -> last token
+
+
+Event = TokenEvent | Finished
