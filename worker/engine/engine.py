@@ -80,6 +80,14 @@ class Engine:
         """Tokens one request may use: prompt + generated."""
         return self.model.n_ctx_seq
 
+    @property
+    def n_vocab(self) -> int:
+        return self.model.n_vocab
+
+    @property
+    def size_bytes(self) -> int:
+        return self.model.size_bytes
+
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text, add_special=self.model.add_bos)
 

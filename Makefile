@@ -1,0 +1,24 @@
+# Two commands do everything on a fresh machine:
+#   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
+#   make test    venv, install, fetch the test model, run every test
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+PORT ?= 8080
+
+.PHONY: serve test install
+
+# llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
+$(BIN)/llm-worker: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
+	touch $@
+
+install: $(BIN)/llm-worker
+
+serve: install
+	$(BIN)/llm-worker serve --port $(PORT)
+
+test: install
+	$(BIN)/python -m pytest -q

@@ -1,0 +1,697 @@
+#!/usr/bin/env python3
+"""Closed-loop benchmark: llm-worker against llama.cpp's llama-server and llama_cpp.server.
+
+All three servers load the same GGUF on the same machine, one after the other, with the
+same slot count, total context and thread count, and are driven by the same workload:
+C clients (C in 1, 4, 8, 16) each streaming POST /v1/completions back to back, with
+128- and 512-token prompts and 128 generated tokens. See bench/README.md.
+
+Needs only the standard library, aiohttp and llama-cpp-python (all in the worker's venv);
+matplotlib is optional and only draws the chart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import glob
+import json
+import os
+import platform
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import aiohttp
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_DIR = BENCH_DIR.parent
+SERVERS = ("llm-worker", "llama-server", "llama_cpp.server")
+WORKER, LLAMA_SERVER, LLAMA_CPP_PY = SERVERS
+MB = 1024 * 1024
+
+# Some original, varied prose to cut prompts from: repeated text would be cheaper to
+# tokenize and could let a server's prompt cache skip work the others do.
+FILLER = (
+    "The harbour town woke before the sun, as it always did in the fishing season. Nets were "
+    "checked for tears, engines coughed into life, and the baker on Quay Street pulled the first "
+    "trays of rye bread from an oven older than anyone in the village. Mara, who kept the ledger "
+    "for the cooperative, counted crates of ice while her brother argued with the harbourmaster "
+    "about a mooring fee that had doubled over the winter. Beyond the breakwater the sea was flat "
+    "and grey, and a line of gulls followed the first boat out past the lighthouse. Inland, the "
+    "orchards were still white with frost; the apple growers had lit smudge pots along the rows "
+    "and the smoke drifted down the valley towards the river mill, where a new turbine was being "
+    "installed to replace the water wheel that had turned for two hundred years. The engineer "
+    "from the city had brought drawings, a laptop and very strong opinions about torque, and the "
+    "miller, who had opinions of his own, followed him everywhere with a thermos of coffee. At the "
+    "school the children were learning about tides: why there are two a day, why the spring tides "
+    "come with the full and new moon, and why the old sea wall was built exactly where it stands. "
+    "Their teacher had pinned a chart of the bay to the wall, marked with wrecks, sandbanks and "
+    "the route of the ferry that had stopped running when the bridge opened. In the afternoon a "
+    "storm warning came over the radio, and by evening every boat was back, the nets were hung to "
+    "dry, and the lights in the tavern burned late while the older fishermen compared this winter "
+    "with the great storm of their childhood, each version of the story a little wilder than the "
+    "last. "
+)
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    model: Path
+    servers: tuple[str, ...]
+    prompt_lengths: tuple[int, ...]
+    concurrencies: tuple[int, ...]
+    duration_s: float  # measurement window per (prompt length, concurrency) level
+    warmup_s: float  # run before the window opens so every level is measured in steady state
+    max_tokens: int
+    parallel: int
+    ctx_size: int  # all slots together; llama_cpp.server gets ctx_size // parallel (one slot)
+    threads: int
+    temperature: float
+    seed: int
+    llama_server_bin: Path | None
+    out_dir: Path
+    publish: bool
+
+    @property
+    def ctx_per_slot(self) -> int:
+        return self.ctx_size // self.parallel
+
+
+@dataclass
+class RequestResult:
+    client: int
+    sent: float  # perf_counter when the request was sent
+    chunk_times: list[float] = field(default_factory=list)  # arrivals of chunks carrying text
+    tokens: float = 0.0  # usage.completion_tokens when the server reports it, else text chunks
+    error: str | None = None
+
+    @property
+    def ttft(self) -> float | None:
+        return self.chunk_times[0] - self.sent if self.chunk_times else None
+
+    def tokens_between(self, start: float, end: float) -> float:
+        """Generated tokens that arrived in [start, end]; a multi-token chunk counts its share."""
+        if not self.chunk_times:
+            return 0.0
+        per_chunk = self.tokens / len(self.chunk_times)
+        return per_chunk * sum(1 for t in self.chunk_times if start <= t <= end)
+
+
+@dataclass
+class LevelResult:
+    server: str
+    prompt_tokens: int
+    clients: int
+    requests: int  # requests sent inside the window that completed
+    errors: int
+    tokens_per_request: float  # mean generated tokens, to show every server generated max_tokens
+    agg_tok_s: float  # generated tokens that arrived inside the window / window length
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+    decode_tok_s_p50: float  # per stream, first to last token of a request (excludes prefill)
+    peak_rss_mb: float  # server process tree, during this level
+
+
+@dataclass
+class ServerRun:
+    server: str
+    argv: list[str]
+    startup_s: float
+    peak_rss_mb: float  # whole run, load included
+    levels: list[LevelResult]
+
+
+# --------------------------------------------------------------------------- prompts
+
+
+class PromptFactory:
+    """Exact-length prompts, distinct per request, counted by the model's own tokenizer.
+
+    Each prompt starts with a per-request header so no server can reuse a cached prefix
+    from an earlier request (llama-server caches prompts per slot by default).
+    """
+
+    def __init__(self, model: Path) -> None:
+        import llama_cpp  # the worker's dependency; only the vocabulary is loaded
+
+        self._llama = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
+        vocab = llama_cpp.llama_model_get_vocab(self._llama._model.model)
+        self.end_of_generation = [t for t in range(self._llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
+        self._filler = self._tokenize(FILLER * 8)
+        self.metadata = dict(self._llama.metadata)
+
+    def _tokenize(self, text: str) -> list[int]:
+        # add_bos follows the model's add_bos_token, as the servers do
+        return self._llama.tokenize(text.encode(), add_bos=True, special=False)
+
+    def prompt(self, length: int, client: int, index: int) -> str:
+        header = (
+            f"Request {client}-{index}. Read these notes from a village chronicle, then write a long, "
+            "detailed continuation of the story.\n\n"
+        )
+        n = length - len(self._tokenize(header))
+        # Detokenizing a slice and re-tokenizing can merge or split tokens at the seam,
+        # so correct the slice by the difference until the count is exact.
+        for _ in range(8):
+            text = header + self._llama.detokenize(self._filler[:n]).decode("utf-8", "ignore")
+            got = len(self._tokenize(text))
+            if got == length:
+                return text
+            n += length - got
+        raise ValueError(f"cannot build a {length}-token prompt")
+
+    def kv_cache_bytes(self, ctx_size: int) -> int:
+        """f16 K and V for every layer: what a context of ctx_size tokens holds resident."""
+        arch = self.metadata.get("general.architecture", "llama")
+        layers = int(self.metadata[f"{arch}.block_count"])
+        heads = int(self.metadata[f"{arch}.attention.head_count"])
+        kv_heads = int(self.metadata.get(f"{arch}.attention.head_count_kv", heads))
+        head_dim = int(self.metadata[f"{arch}.embedding_length"]) // heads
+        return ctx_size * layers * kv_heads * head_dim * 2 * 2
+
+
+# --------------------------------------------------------------------------- servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def server_command(name: str, cfg: BenchConfig, port: int) -> tuple[list[str], str]:
+    """argv and health path. Only slots, context and threads are set; the rest stay each server's defaults."""
+    host = ["--host", "127.0.0.1", "--port", str(port)]
+    if name == WORKER:
+        exe = REPO_DIR / ".venv" / "bin" / "llm-worker"
+        base = [str(exe)] if exe.exists() else [sys.executable, "-m", "worker"]
+        return base + [
+            "serve", "--model", str(cfg.model), *host, "--parallel", str(cfg.parallel),
+            "--ctx-size", str(cfg.ctx_size), "--threads", str(cfg.threads), "--log-level", "warning",
+        ], "/health"
+    if name == LLAMA_SERVER:
+        assert cfg.llama_server_bin is not None
+        return [
+            str(cfg.llama_server_bin), "-m", str(cfg.model), *host,
+            "-np", str(cfg.parallel), "-c", str(cfg.ctx_size), "-t", str(cfg.threads), "-tb", str(cfg.threads),
+            # Keep the web UI and the host-memory prompt cache out of the measurement: neither
+            # helps this workload (every prompt is distinct) and the cache would inflate RSS.
+            "--no-webui", "--cache-ram", "0",
+        ], "/health"
+    if name == LLAMA_CPP_PY:
+        return [
+            sys.executable, "-m", "llama_cpp.server", "--model", str(cfg.model), *host,
+            # It runs one request at a time, so it gets one slot's worth of context.
+            "--n_ctx", str(cfg.ctx_per_slot), "--n_threads", str(cfg.threads),
+            "--n_threads_batch", str(cfg.threads),
+            # By default a new request aborts the one being streamed; under concurrent
+            # clients that truncates nearly every response.
+            "--interrupt_requests", "false",
+        ], "/v1/models"
+    raise ValueError(name)
+
+
+def process_tree_rss(pid: int) -> int:
+    """VmRSS of pid and all its descendants, in bytes (0 once it has exited)."""
+    total, stack = 0, [pid]
+    while stack:
+        p = stack.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1]) * 1024
+                        break
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    stack.extend(int(c) for c in f.read().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return total
+
+
+class RssSampler:
+    """Samples the server tree's RSS every 100 ms on a thread, so peaks between requests count too."""
+
+    def __init__(self, pid: int, interval: float = 0.1) -> None:
+        self._pid, self._interval = pid, interval
+        self.samples: list[tuple[float, int]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.perf_counter(), process_tree_rss(self._pid)))
+            self._stop.wait(self._interval)
+
+    def peak(self, start: float = 0.0, end: float = float("inf")) -> int:
+        return max((rss for t, rss in self.samples if start <= t <= end), default=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextlib.contextmanager
+def running_server(name: str, cfg: BenchConfig) -> Iterator[tuple[str, subprocess.Popen, RssSampler, float, list[str]]]:
+    port = free_port()
+    argv, health = server_command(name, cfg, port)
+    log_path = cfg.out_dir / "logs" / f"{name}.log"
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        t0 = time.perf_counter()
+        # Own process group, so stopping it also stops anything it spawned.
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_DIR, start_new_session=True)
+        sampler = RssSampler(proc.pid)
+        try:
+            url = f"http://127.0.0.1:{port}"
+            asyncio.run(wait_healthy(url + health, proc, log_path))
+            yield url, proc, sampler, time.perf_counter() - t0, argv
+        finally:
+            sampler.stop()
+            stop_process(proc)
+
+
+async def wait_healthy(url: str, proc: subprocess.Popen, log_path: Path, timeout: float = 180) -> None:
+    deadline = time.monotonic() + timeout
+    async with aiohttp.ClientSession() as session:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                tail = log_path.read_text(errors="replace")[-2000:]
+                raise RuntimeError(f"server exited with {proc.returncode} before it was healthy:\n{tail}")
+            with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+                async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as r:
+                    if r.status == 200:
+                        return
+            await asyncio.sleep(0.2)
+    raise TimeoutError(f"{url} not healthy after {timeout:.0f}s; see {log_path}")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+# --------------------------------------------------------------------------- workload
+
+
+def request_body(cfg: BenchConfig, prompt: str, seed: int, no_eos: dict[str, float], max_tokens: int) -> dict[str, Any]:
+    return {
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": cfg.temperature,
+        "seed": seed,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        # Not every server has ignore_eos, but all three honour logit_bias: banning the
+        # end-of-generation tokens makes every request generate exactly max_tokens.
+        "logit_bias": no_eos,
+    }
+
+
+async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict[str, Any], result: RequestResult) -> None:
+    chunks_with_text = 0
+    usage_tokens: int | None = None
+    async with session.post(url + "/v1/completions", json=body) as resp:
+        if resp.status != 200:
+            result.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
+            return
+        async for raw in resp.content:
+            line = raw.strip()
+            if not line.startswith(b"data:"):
+                continue
+            data = line[5:].strip()
+            if data == b"[DONE]":
+                break
+            event = json.loads(data)
+            if "error" in event:
+                result.error = str(event["error"])[:200]
+                return
+            choices = event.get("choices") or []
+            if choices and choices[0].get("text"):
+                result.chunk_times.append(time.perf_counter())
+                chunks_with_text += 1
+            if event.get("usage"):
+                usage_tokens = event["usage"].get("completion_tokens")
+    result.tokens = float(usage_tokens if usage_tokens is not None else chunks_with_text)
+
+
+async def client_loop(
+    cid: int, url: str, session: aiohttp.ClientSession, cfg: BenchConfig, prompts: PromptFactory,
+    prompt_tokens: int, stop_at: float, results: list[RequestResult],
+) -> None:
+    no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
+    index = 0
+    while time.perf_counter() < stop_at:
+        # Build the prompt before the clock starts: tokenizing is the client's cost, not the server's.
+        body = request_body(cfg, prompts.prompt(prompt_tokens, cid, index), cfg.seed + 10_000 * cid + index,
+                            no_eos, cfg.max_tokens)
+        result = RequestResult(client=cid, sent=time.perf_counter())
+        try:
+            await stream_completion(session, url, body, result)
+        except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
+            result.error = f"{type(exc).__name__}: {exc}"
+        results.append(result)
+        index += 1
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolated percentile (q in 0..100); NaN when there is nothing to rank."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100
+    low = int(pos)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
+
+
+async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_tokens: int, clients: int,
+                    sampler: RssSampler, server: str) -> LevelResult:
+    results: list[RequestResult] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+        t0 = time.perf_counter()
+        start, end = t0 + cfg.warmup_s, t0 + cfg.warmup_s + cfg.duration_s
+        # Clients stop sending at the end of the window but finish what is in flight, so
+        # the server is idle again before the next level starts.
+        await asyncio.gather(*(client_loop(c, url, session, cfg, prompts, prompt_tokens, end, results)
+                               for c in range(clients)))
+    # Throughput only counts the window, but latency covers every request of the level:
+    # a slow server may not even start a request inside a short window.
+    ok = [r for r in results if r.error is None and r.chunk_times]
+    ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
+    gaps = [(b - a) * 1000 for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
+    decode = [(r.tokens - r.tokens / len(r.chunk_times)) / (r.chunk_times[-1] - r.chunk_times[0])
+              for r in ok if len(r.chunk_times) > 1]
+    errors = [r for r in results if r.error is not None]
+    if errors:
+        print(f"    {len(errors)} failed requests, first: {errors[0].error}", file=sys.stderr)
+    return LevelResult(
+        server=server, prompt_tokens=prompt_tokens, clients=clients, requests=len(ok), errors=len(errors),
+        tokens_per_request=statistics.fmean(r.tokens for r in ok) if ok else 0.0,
+        agg_tok_s=sum(r.tokens_between(start, end) for r in results) / cfg.duration_s,
+        ttft_p50_ms=percentile(ttfts, 50), ttft_p99_ms=percentile(ttfts, 99),
+        itl_p50_ms=percentile(gaps, 50), itl_p99_ms=percentile(gaps, 99),
+        decode_tok_s_p50=percentile(decode, 50),
+        peak_rss_mb=sampler.peak(t0, time.perf_counter()) / MB,
+    )
+
+
+async def warm_up(url: str, cfg: BenchConfig, prompts: PromptFactory) -> None:
+    """One short request so lazy allocations and first-call costs stay out of the first level."""
+    async with aiohttp.ClientSession() as session:
+        body = request_body(cfg, prompts.prompt(64, 999, 0), cfg.seed, {}, 8)
+        result = RequestResult(client=-1, sent=time.perf_counter())
+        await stream_completion(session, url, body, result)
+        if result.error:
+            raise RuntimeError(f"warm-up request failed: {result.error}")
+
+
+def bench_server(name: str, cfg: BenchConfig, prompts: PromptFactory) -> ServerRun:
+    print(f"== {name}", file=sys.stderr)
+    with running_server(name, cfg) as (url, _proc, sampler, startup_s, argv):
+        print(f"   healthy after {startup_s:.1f}s: {' '.join(argv)}", file=sys.stderr)
+        asyncio.run(warm_up(url, cfg, prompts))
+        levels = []
+        for prompt_tokens in cfg.prompt_lengths:
+            for clients in cfg.concurrencies:
+                level = asyncio.run(run_level(url, cfg, prompts, prompt_tokens, clients, sampler, name))
+                print(f"   prompt {prompt_tokens:4d} clients {clients:2d}: {level.agg_tok_s:7.1f} tok/s  "
+                      f"TTFT p50 {level.ttft_p50_ms:7.0f} ms  ITL p50 {level.itl_p50_ms:5.1f} ms  "
+                      f"({level.requests} requests, {level.tokens_per_request:.0f} tok each)", file=sys.stderr)
+                levels.append(level)
+        peak = sampler.peak() / MB
+    return ServerRun(server=name, argv=argv, startup_s=startup_s, peak_rss_mb=peak, levels=levels)
+
+
+# --------------------------------------------------------------------------- report
+
+METRICS = (  # field, column title, format, higher is better
+    ("agg_tok_s", "tok/s", "{:.1f}", True),
+    ("decode_tok_s_p50", "decode tok/s/stream p50", "{:.1f}", True),
+    ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}", False),
+    ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}", False),
+    ("itl_p50_ms", "ITL p50 ms", "{:.1f}", False),
+    ("itl_p99_ms", "ITL p99 ms", "{:.1f}", False),
+    ("peak_rss_mb", "peak RSS MB", "{:.0f}", False),
+)
+
+
+def find_level(runs: list[ServerRun], server: str, prompt: int, clients: int) -> LevelResult | None:
+    for run in runs:
+        if run.server == server:
+            for level in run.levels:
+                if level.prompt_tokens == prompt and level.clients == clients:
+                    return level
+    return None
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b and b == b and a == a else float("nan")
+
+
+def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any], prompts: PromptFactory) -> str:
+    model_mb = cfg.model.stat().st_size / MB
+    lines = [
+        "# llm-worker benchmark",
+        "",
+        f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env['cpu']}, {env['cores']} cores; {env['date']}",
+        f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context in all "
+        f"({cfg.ctx_per_slot} per slot; llama_cpp.server, which has one slot, gets {cfg.ctx_per_slot}), "
+        f"{cfg.threads} threads; f16 KV cache for {cfg.ctx_size} tokens = "
+        f"{prompts.kv_cache_bytes(cfg.ctx_size) / MB:.0f} MB",
+        f"- workload: closed loop, {cfg.max_tokens} generated tokens per request, temperature {cfg.temperature}, "
+        f"seed {cfg.seed} + request index; per level, tok/s counts the tokens that arrive in a "
+        f"{cfg.duration_s:g}s window opening {cfg.warmup_s:g}s after the clients start, latency covers every request",
+        f"- llama-server: {env.get('llama_server_version', 'n/a')}",
+        "",
+    ]
+    header = "| server | prompt | clients | " + " | ".join(m[1] for m in METRICS) + " | tok/req | errors |"
+    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    for prompt in cfg.prompt_lengths:
+        for clients in cfg.concurrencies:
+            for run in runs:
+                lv = find_level(runs, run.server, prompt, clients)
+                if lv is None:
+                    continue
+                cells = [m[2].format(getattr(lv, m[0])) for m in METRICS]
+                lines.append(f"| {run.server} | {prompt} | {clients} | " + " | ".join(cells)
+                             + f" | {lv.tokens_per_request:.0f} | {lv.errors} |")
+    peers = [r.server for r in runs if r.server != WORKER]
+    if any(r.server == WORKER for r in runs) and peers:
+        lines += ["", "## llm-worker / peer", "",
+                  "Ratios of llm-worker's value to the peer's; for tok/s higher is better, for latency and RSS lower is.",
+                  ""]
+        header = "| peer | prompt | clients | " + " | ".join(m[1] for m in METRICS) + " |"
+        lines += [header, "|" + "---|" * (header.count("|") - 1)]
+        for peer in peers:
+            for prompt in cfg.prompt_lengths:
+                for clients in cfg.concurrencies:
+                    ours, theirs = find_level(runs, WORKER, prompt, clients), find_level(runs, peer, prompt, clients)
+                    if ours and theirs:
+                        cells = [f"{ratio(getattr(ours, m[0]), getattr(theirs, m[0])):.2f}x" for m in METRICS]
+                        lines.append(f"| {peer} | {prompt} | {clients} | " + " | ".join(cells) + " |")
+    lines += ["", "## Peak RSS over the whole run (load included)", "",
+              "| server | startup s | peak RSS MB | peak RSS - model MB |", "|---|---|---|---|"]
+    for run in runs:
+        lines.append(f"| {run.server} | {run.startup_s:.1f} | {run.peak_rss_mb:.0f} | {run.peak_rss_mb - model_mb:.0f} |")
+    targets = target_checks(cfg, runs, model_mb)
+    if targets:
+        lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+        lines += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
+    return "\n".join(lines) + "\n"
+
+
+def target_checks(cfg: BenchConfig, runs: list[ServerRun], model_mb: float) -> list[tuple[str, str, bool]]:
+    """The issue's acceptance targets, evaluated on whatever levels were run."""
+    checks: list[tuple[str, str, bool]] = []
+    worker = next((r for r in runs if r.server == WORKER), None)
+    if worker is None:
+        return checks
+    for prompt in cfg.prompt_lengths:
+        ours1, ref1 = find_level(runs, WORKER, prompt, 1), find_level(runs, LLAMA_SERVER, prompt, 1)
+        if ours1 and ref1:
+            r = ratio(ours1.decode_tok_s_p50, ref1.decode_tok_s_p50)
+            checks.append((f"single-stream decode tok/s >= 0.95x llama-server (prompt {prompt})", f"{r:.2f}x", r >= 0.95))
+        ours8 = find_level(runs, WORKER, prompt, 8)
+        for peer, need in ((LLAMA_SERVER, 1.0), (LLAMA_CPP_PY, 3.0)):
+            theirs = find_level(runs, peer, prompt, 8)
+            if ours8 and theirs:
+                r = ratio(ours8.agg_tok_s, theirs.agg_tok_s)
+                checks.append((f"aggregate tok/s at 8 clients >= {need:g}x {peer} (prompt {prompt})", f"{r:.2f}x", r >= need))
+        ref8 = find_level(runs, LLAMA_SERVER, prompt, 8)
+        if ours8 and ref8:
+            r = ratio(ours8.ttft_p50_ms, ref8.ttft_p50_ms)
+            checks.append((f"TTFT p50 at 8 clients <= 1.1x llama-server (prompt {prompt})", f"{r:.2f}x", r <= 1.1))
+    overhead = worker.peak_rss_mb - model_mb
+    checks.append(("llm-worker peak RSS - model size <= 150 MB", f"{overhead:.0f} MB", overhead <= 150))
+    return checks
+
+
+def draw_chart(cfg: BenchConfig, runs: list[ServerRun], path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed, so no chart: .venv/bin/pip install matplotlib", file=sys.stderr)
+        return False
+    fig, axes = plt.subplots(2, len(cfg.prompt_lengths), figsize=(5.5 * len(cfg.prompt_lengths), 8), squeeze=False)
+    for col, prompt in enumerate(cfg.prompt_lengths):
+        for row, (metric, title) in enumerate((("agg_tok_s", "aggregate generated tok/s"), ("ttft_p50_ms", "TTFT p50 (ms)"))):
+            ax = axes[row][col]
+            for run in runs:
+                levels = [lv for lv in run.levels if lv.prompt_tokens == prompt]
+                ax.plot([lv.clients for lv in levels], [getattr(lv, metric) for lv in levels], marker="o", label=run.server)
+            ax.set_xscale("log", base=2)
+            ax.set_xticks(list(cfg.concurrencies), [str(c) for c in cfg.concurrencies])
+            if metric == "ttft_p50_ms" and any(getattr(lv, metric) > 0 for r in runs for lv in r.levels):
+                ax.set_yscale("log")  # sequential servers queue: their TTFT is orders of magnitude higher
+            ax.set_xlabel("concurrent clients")
+            ax.set_title(f"{title}, {prompt}-token prompt")
+            ax.grid(True, which="both", alpha=0.3)
+            ax.legend()
+    fig.suptitle(f"{cfg.model.name}, {cfg.threads} threads, {cfg.parallel} slots, {cfg.max_tokens} generated tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def environment(cfg: BenchConfig) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    env: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+                           "python": platform.python_version()}
+    if cfg.llama_server_bin:
+        out = subprocess.run([str(cfg.llama_server_bin), "--version"], capture_output=True, text=True, timeout=30)
+        env["llama_server_version"] = " ".join((out.stdout + out.stderr).split("\n")[0:2]).strip()
+    with contextlib.suppress(Exception):
+        import llama_cpp
+
+        env["llama_cpp_python"] = llama_cpp.__version__
+    return env
+
+
+# --------------------------------------------------------------------------- main
+
+
+def find_model(arg: str | None) -> Path:
+    if arg:
+        return Path(arg).resolve()
+    pattern = os.path.expanduser(os.environ.get("BENCH_MODEL_GLOB", "/tmp/lwcache/blobs/*/SmolLM2-135M-Instruct.Q4_1.gguf"))
+    found = sorted(glob.glob(pattern))
+    if not found:
+        sys.exit(f"no model matches {pattern}; pass --model PATH.gguf")
+    return Path(found[0])
+
+
+def find_llama_server(arg: str | None) -> Path:
+    if arg:
+        return Path(arg).resolve()
+    if found := shutil.which("llama-server") if os.environ.get("BENCH_USE_PATH_LLAMA_SERVER") else None:
+        return Path(found)
+    # Builds on first use (minutes), then prints the cached binary's path.
+    out = subprocess.run([str(BENCH_DIR / "build_llama_server.sh")], stdout=subprocess.PIPE, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def parse_args(argv: list[str] | None = None) -> BenchConfig:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="GGUF file (default: the SmolLM2-135M test model in /tmp/lwcache)")
+    p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated subset of {','.join(SERVERS)}")
+    p.add_argument("--quick", action="store_true", help="1 and 8 clients, short windows: under 3 minutes on 2 cores")
+    p.add_argument("--concurrency", help="comma-separated client counts (default 1,4,8,16)")
+    p.add_argument("--prompt-tokens", default="128,512", help="comma-separated prompt lengths in tokens")
+    p.add_argument("--duration", type=float, help="measurement window per level, seconds (default 20, quick 6)")
+    p.add_argument("--warmup", type=float, help="seconds of load before each window (default 3, quick 1.5)")
+    p.add_argument("--max-tokens", type=int, default=128)
+    p.add_argument("--parallel", type=int, default=8, help="slots (llm-worker --parallel, llama-server -np)")
+    p.add_argument("--ctx-size", type=int, default=8192, help="total context across slots")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=1234)
+    p.add_argument("--llama-server", help="llama-server binary (default: build it with bench/build_llama_server.sh)")
+    p.add_argument("--out", default=str(BENCH_DIR / "results"), help="where latest.md/.json, chart.png and logs go")
+    p.add_argument("--publish", action="store_true", help="also copy the report and chart to bench/RESULTS.md and bench/chart.png")
+    a = p.parse_args(argv)
+    servers = tuple(s.strip() for s in a.servers.split(",") if s.strip())
+    if unknown := set(servers) - set(SERVERS):
+        p.error(f"unknown server(s) {sorted(unknown)}; choose from {SERVERS}")
+    concurrency = a.concurrency or ("1,8" if a.quick else "1,4,8,16")
+    return BenchConfig(
+        model=find_model(a.model),
+        servers=servers,
+        prompt_lengths=tuple(int(x) for x in a.prompt_tokens.split(",")),
+        concurrencies=tuple(int(x) for x in concurrency.split(",")),
+        duration_s=a.duration if a.duration is not None else (6.0 if a.quick else 20.0),
+        warmup_s=a.warmup if a.warmup is not None else (1.5 if a.quick else 3.0),
+        max_tokens=a.max_tokens,
+        parallel=a.parallel,
+        ctx_size=a.ctx_size,
+        threads=a.threads,
+        temperature=a.temperature,
+        seed=a.seed,
+        llama_server_bin=find_llama_server(a.llama_server) if LLAMA_SERVER in servers else None,
+        out_dir=Path(a.out).resolve(),
+        publish=a.publish,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    cfg.out_dir.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    prompts = PromptFactory(cfg.model)
+    env = environment(cfg)
+    runs = [bench_server(name, cfg, prompts) for name in cfg.servers]
+    report = markdown_report(cfg, runs, env, prompts)
+    print(report)
+    (cfg.out_dir / "latest.md").write_text(report)
+    raw = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
+           "environment": env, "runs": [asdict(r) for r in runs]}
+    (cfg.out_dir / "latest.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
+    chart = cfg.out_dir / "chart.png"
+    has_chart = draw_chart(cfg, runs, chart)
+    if cfg.publish:
+        (BENCH_DIR / "RESULTS.md").write_text(report + ("\n![tok/s and TTFT against concurrency](chart.png)\n" if has_chart else ""))
+        if has_chart:
+            shutil.copyfile(chart, BENCH_DIR / "chart.png")
+    print(f"wrote {cfg.out_dir}/latest.md, latest.json{', chart.png' if has_chart else ''} "
+          f"in {time.perf_counter() - began:.0f}s", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

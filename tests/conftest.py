@@ -1,0 +1,102 @@
+"""Fixtures: the real test model, and real worker processes serving it on free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from worker.source import load_registry, resolve_model
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def model_path() -> Path:
+    """SmolLM2-135M-Instruct Q4_1 from its registry package, cached under the user cache dir."""
+    return resolve_model(None, load_registry()).path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class WorkerProcess:
+    process: subprocess.Popen
+    url: str
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def start_worker(tmp: Path, *args: str, env: dict[str, str] | None = None, wait: bool = True) -> WorkerProcess:
+    """`python -m worker serve` on a free port, waiting until /health says 200."""
+    port = free_port()
+    log_path = tmp / f"worker-{port}.log"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "worker", "serve", "--port", str(port), "--log-format", "json", *args],
+        stdout=subprocess.DEVNULL, stderr=log_path.open("wb"), cwd=REPO, env={**os.environ, **(env or {})},
+    )
+    worker = WorkerProcess(process, f"http://127.0.0.1:{port}", log_path)
+    if wait:
+        wait_healthy(worker)
+    return worker
+
+
+def wait_healthy(worker: WorkerProcess, timeout: float = 120.0) -> None:
+    import urllib.error
+    import urllib.request
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"worker exited with {worker.process.returncode}:\n{worker.log()[-3000:]}")
+        try:
+            with urllib.request.urlopen(worker.url + "/health", timeout=2) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    worker.stop()
+    raise RuntimeError(f"worker not healthy after {timeout}s:\n{worker.log()[-3000:]}")
+
+
+@pytest.fixture(scope="session")
+def worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One shared worker with the default model: 4 slots, 8192 tokens (2048 per request)."""
+    process = start_worker(tmp_path_factory.mktemp("worker"), "--parallel", "4", "--ctx-size", "8192")
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def base_url(worker: WorkerProcess) -> str:
+    return worker.url
+
+
+@pytest.fixture
+async def http():
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        yield session

@@ -1,0 +1,68 @@
+"""Small clients for the worker's two APIs, shared by the tests."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+
+async def sse_events(response: aiohttp.ClientResponse) -> list[Any]:
+    """Every `data:` payload of a stream, JSON-decoded, with the final "[DONE]" kept as a string."""
+    events = []
+    async for raw in response.content:
+        line = raw.decode("utf-8").strip()
+        if line.startswith("data: "):
+            payload = line[len("data: "):]
+            events.append(payload if payload == "[DONE]" else json.loads(payload))
+    return events
+
+
+@dataclass
+class Streamed:
+    pieces: list[str] = field(default_factory=list)
+    finish_reason: str | None = None
+    usage: dict | None = None
+    events: list[Any] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+
+async def openai_stream(http: aiohttp.ClientSession, url: str, body: dict) -> Streamed:
+    async with http.post(url, json={**body, "stream": True}) as response:
+        assert response.status == 200, await response.text()
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        events = await sse_events(response)
+    assert events[-1] == "[DONE]"
+    out = Streamed(events=events)
+    for event in events[:-1]:
+        assert "error" not in event, event
+        if event.get("usage"):
+            out.usage = event["usage"]
+        for choice in event["choices"]:
+            piece = choice.get("text") if "text" in choice else choice["delta"].get("content")
+            if piece:
+                out.pieces.append(piece)
+            out.finish_reason = choice["finish_reason"] or out.finish_reason
+    return out
+
+
+async def openai_once(http: aiohttp.ClientSession, url: str, body: dict) -> dict:
+    async with http.post(url, json=body) as response:
+        assert response.status == 200, await response.text()
+        return await response.json()
+
+
+def completion_text(result: dict) -> str:
+    choice = result["choices"][0]
+    return choice["text"] if "text" in choice else choice["message"]["content"]
+
+
+async def execute(http: aiohttp.ClientSession, base_url: str, body: dict) -> list[Any]:
+    async with http.post(base_url + "/execute", json=body) as response:
+        assert response.status == 200, await response.text()
+        return await sse_events(response)

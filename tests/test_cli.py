@@ -1,0 +1,97 @@
+"""The command line: version, help, env vars, and one clear line for every startup failure."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, start_worker
+from tests.helpers import openai_once
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    import os
+    return subprocess.run([sys.executable, "-m", "worker", *args], capture_output=True, text=True, cwd=REPO,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_version():
+    result = run_cli("--version")
+    assert result.returncode == 0 and result.stdout.startswith("llm-worker, version ")
+
+
+def test_serve_help_names_every_flag_and_its_env_var():
+    out = run_cli("serve", "--help").stdout
+    for flag in ("--model", "--backend", "--host", "--port", "--ctx-size", "--n-gpu-layers", "--threads",
+                 "--worker-id", "--model-ref", "--callback-url", "--log-format", "--log-level", "--parallel"):
+        assert flag in out
+    assert "LLM_WORKER_MODEL" in out and "LLM_WORKER_CTX_SIZE" in out
+
+
+def one_line_failure(result: subprocess.CompletedProcess) -> str:
+    assert result.returncode != 0
+    assert "Traceback" not in result.stderr, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("llm-worker: error: ")
+    return line
+
+
+@pytest.fixture(scope="module")
+def bad_models(tmp_path_factory, model_path: Path) -> dict[str, Path]:
+    folder = tmp_path_factory.mktemp("bad")
+    truncated = folder / "truncated.gguf"
+    truncated.write_bytes(model_path.read_bytes()[: 5_000_000])
+    text = folder / "notes.gguf"
+    text.write_text("this is not a model\n")
+    return {"missing": folder / "missing.gguf", "truncated": truncated, "text": text}
+
+
+@pytest.mark.parametrize("kind,expected", [
+    ("missing", "neither a file nor a models.toml alias"),
+    ("truncated", "cannot load model"),
+    ("text", "is not a GGUF file"),
+])
+def test_bad_model_fails_with_one_line(bad_models, kind, expected):
+    line = one_line_failure(run_cli("serve", "--port", "0", "--model", str(bad_models[kind])))
+    assert expected in line
+
+
+def test_missing_backend_names_the_ones_the_build_has():
+    line = one_line_failure(run_cli("serve", "--port", "0", "--backend", "cuda"))
+    assert "backend 'cuda' is not in this llama.cpp build (it has: cpu" in line
+
+
+def test_env_vars_configure_serve(tmp_path, model_path):
+    worker = start_worker(tmp_path, env={"LLM_WORKER_MODEL": str(model_path), "LLM_WORKER_PARALLEL": "1",
+                                         "LLM_WORKER_CTX_SIZE": "1024", "LLM_WORKER_MODEL_REF": "ref-1"})
+    try:
+        import urllib.request, json
+        ready = json.load(urllib.request.urlopen(worker.url + "/v1/ready"))
+        assert ready["slots"] == 1
+        models = json.load(urllib.request.urlopen(worker.url + "/v1/models"))
+        assert models["data"][0]["id"] == model_path.stem
+    finally:
+        assert worker.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def templateless_model(tmp_path_factory, model_path: Path) -> Path:
+    out = tmp_path_factory.mktemp("nochat") / "no-template.gguf"
+    subprocess.run([str(Path(sys.executable).parent / "gguf-new-metadata"), "--force", "--remove-metadata",
+                    "tokenizer.chat_template", str(model_path), str(out)], check=True, capture_output=True)
+    return out
+
+
+async def test_model_without_chat_template(http, tmp_path, templateless_model):
+    worker = start_worker(tmp_path, "--model", str(templateless_model), "--parallel", "1", "--ctx-size", "1024")
+    try:
+        async with http.post(worker.url + "/v1/chat/completions",
+                             json={"messages": [{"role": "user", "content": "Hi"}]}) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+        assert error["code"] == "chat_template" and "no chat template" in error["message"]
+        body = await openai_once(http, worker.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 4})
+        assert body["usage"]["completion_tokens"] == 4
+    finally:
+        assert worker.stop() == 0

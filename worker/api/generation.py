@@ -1,0 +1,51 @@
+"""Submit one generation, log its outcome once, cancel it if the client goes away."""
+
+from __future__ import annotations
+
+import time
+from contextlib import asynccontextmanager
+from typing import AsyncIterator
+
+import structlog
+
+from worker.api.schemas import Generation
+from worker.engine import Engine, Finished, Request, RequestHandle
+
+log = structlog.get_logger("worker.request")
+
+
+def engine_request(engine: Engine, prompt_tokens: list[int], generation: Generation, request_id: str) -> Request:
+    # No max_tokens: generate up to the end of this sequence's context.
+    max_tokens = generation.max_tokens or max(1, engine.n_ctx_seq - len(prompt_tokens))
+    return Request(prompt_tokens, max_tokens, generation.sampling, generation.stop, request_id)
+
+
+def _log_outcome(finished: Finished | None, started: float) -> None:
+    if finished is None:
+        log.info("request_done", finish_reason="client_disconnected", e2e_ms=round((time.monotonic() - started) * 1e3, 1))
+        return
+    decode_tps = (finished.completion_tokens - 1) / finished.decode_s if finished.decode_s > 0 else None
+    log.info(
+        "request_done",
+        finish_reason=finished.reason.value,
+        prompt_tokens=finished.prompt_tokens,
+        completion_tokens=finished.completion_tokens,
+        queue_ms=round(finished.queue_s * 1e3, 1),
+        ttft_ms=round(finished.ttft_s * 1e3, 1),
+        tokens_per_s=round(decode_tps, 1) if decode_tps else None,
+        e2e_ms=round((time.monotonic() - started) * 1e3, 1),
+        message=finished.message or None,
+    )
+
+
+@asynccontextmanager
+async def generating(engine: Engine, request: Request) -> AsyncIterator[RequestHandle]:
+    """Raises the engine's up-front refusals (context, queue) before yielding."""
+    started = time.monotonic()
+    handle = engine.submit(request)
+    try:
+        yield handle
+    finally:
+        # A handler cancelled by a client disconnect lands here mid-stream: free the slot now.
+        handle.cancel()
+        _log_outcome(handle.finished, started)

@@ -1,0 +1,119 @@
+"""The pool-manager contract: /health, /v1/ready, /execute (/v1/inference), /cancel."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from aiohttp import web
+
+from worker.api import sse
+from worker.api.errors import RETRY_AFTER_S, classify
+from worker.api.generation import engine_request, generating
+from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
+from worker.api.schemas import ExecuteRequest, parse_execute
+from worker.api.state import WORKER, Phase, WorkerState
+from worker.engine import Finished, FinishReason, QueueFull, TokenEvent
+
+routes = web.RouteTableDef()
+
+_STOP_REASONS = {
+    FinishReason.EOS: "EOS",
+    FinishReason.STOP: "STOP_SEQUENCE",
+    FinishReason.LENGTH: "MAX_TOKENS",
+    FinishReason.CANCELLED: "CANCELLED",
+}
+
+
+def vram_bytes(worker: WorkerState) -> int:
+    engine = worker.engine
+    return engine.size_bytes if engine is not None and worker.settings.engine.backend != "cpu" else 0
+
+
+@routes.get("/health")
+@routes.get("/v1/health")
+async def health(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    if worker.phase is Phase.READY:
+        return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker)})
+    return web.json_response({"status": worker.phase.value}, status=503)
+
+
+@routes.get("/v1/ready")
+async def ready(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    body = {"ready": worker.phase is Phase.READY, "state": worker.state, "model_loaded": worker.engine is not None}
+    if worker.engine is not None:
+        stats = worker.engine.stats()
+        body.update(running=stats.running, waiting=stats.waiting, slots=stats.slots,
+                    kv_cells_used=stats.kv_cells_used)
+    return web.json_response(body)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _end_events(finished: Finished) -> list[dict]:
+    if finished.reason is FinishReason.ERROR:
+        return [{"type": "error", "code": "INFERENCE_FAILED", "message": finished.message}]
+    tokens_per_sec = (finished.completion_tokens - 1) / finished.decode_s if finished.decode_s > 0 else 0.0
+    end = {
+        "type": "end",
+        "tokens_out": finished.completion_tokens,
+        "decode_time_ms": round(finished.decode_s * 1e3),
+        "stop_reason": _STOP_REASONS[finished.reason],
+    }
+    if finished.stop_sequence is not None:
+        end["stop_sequence_matched"] = finished.stop_sequence
+    return [{"type": "metrics", "tokens_per_sec": round(tokens_per_sec, 1), "vram_bytes": 0}, end]
+
+
+async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
+    engine = worker.require_engine()
+    tokens = engine.tokenize(job.prompt)
+    async with generating(engine, engine_request(engine, tokens, job.generation, request["request_id"])) as handle:
+        worker.jobs[job.job_id] = handle
+        try:
+            stream = await sse.open_stream(request)
+            await sse.send(stream, {"type": "started", "job_id": job.job_id, "model": worker.model_id, "started_at": _now()})
+            index = 0
+            async for event in handle:
+                if isinstance(event, TokenEvent):
+                    await sse.send(stream, {"type": "token", "t": event.text, "i": index})
+                    index += 1
+            for event in _end_events(handle.finished):
+                await sse.send(stream, event)
+            await stream.write(sse.DONE)
+            return stream
+        finally:
+            del worker.jobs[job.job_id]
+
+
+@routes.post("/execute")
+@routes.post("/v1/inference")
+async def execute(request: web.Request) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    worker.require_engine()
+    job = parse_execute(parse_json_object(await request.read()))
+    if job.job_id in worker.jobs:
+        raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running", job.job_id)])
+    try:
+        return await _stream_job(request, worker, job)
+    except QueueFull as exc:
+        # Refused before the stream opened; the contract's clients read events, so say it as one.
+        stream = await sse.open_stream(request, status=503, headers={"Retry-After": RETRY_AFTER_S})
+        await sse.send(stream, {"type": "error", "code": "INFERENCE_FAILED", "message": classify(exc).message})
+        await stream.write(sse.DONE)
+        return stream
+
+
+@routes.post("/cancel")
+async def cancel(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    r = Reader(parse_json_object(await request.read()))
+    job_id = r.string("job_id", required=True, min_length=1)
+    r.done()
+    handle = worker.jobs.get(job_id)
+    if handle is not None:
+        handle.cancel()
+    return web.json_response({"job_id": job_id, "status": "cancelling" if handle else "unknown"}, status=202)

@@ -1,0 +1,30 @@
+"""Server-sent events: `data: <json>` lines, ending with `data: [DONE]`."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from aiohttp import web
+
+DONE = b"data: [DONE]\n\n"
+
+
+def encode(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def open_stream(request: web.Request, status: int = 200, headers: dict[str, str] | None = None) -> web.StreamResponse:
+    response = web.StreamResponse(status=status, headers={
+        "Content-Type": "text/event-stream",
+        "Cache-Control": "no-cache",
+        "X-Accel-Buffering": "no",  # proxies must not hold tokens back
+        "X-Request-Id": request["request_id"],
+        **(headers or {}),
+    })
+    await response.prepare(request)
+    return response
+
+
+async def send(response: web.StreamResponse, payload: Any) -> None:
+    await response.write(encode(payload))

@@ -1,0 +1,50 @@
+"""What the HTTP side knows about the worker: its phase, its engine, its running jobs."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from aiohttp import web
+
+from worker.engine import Engine, RequestHandle
+from worker.settings import Settings
+
+
+class Phase(str, enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    DRAINING = "draining"
+    ERROR = "error"
+
+
+class NotReady(Exception):
+    """The model is not loaded yet (or the worker is going away): answer 503."""
+
+
+@dataclass
+class WorkerState:
+    settings: Settings
+    model_id: str
+    phase: Phase = Phase.LOADING
+    engine: Engine | None = None
+    jobs: dict[str, RequestHandle] = field(default_factory=dict)  # pool-manager job_id -> handle
+
+    def require_engine(self) -> Engine:
+        if self.phase is not Phase.READY or self.engine is None:
+            raise NotReady(f"the worker is {self.phase.value}")
+        return self.engine
+
+    @property
+    def state(self) -> str:
+        """The contract's /v1/ready state: loading | idle | busy | draining | error."""
+        if self.phase is not Phase.READY or self.engine is None:
+            return self.phase.value
+        stats = self.engine.stats()
+        return "busy" if stats.running or stats.waiting else "idle"
+
+    def accepts_model(self, name: str | None) -> bool:
+        return name in (None, "", self.model_id, self.settings.model)
+
+
+WORKER = web.AppKey("worker", WorkerState)

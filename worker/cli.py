@@ -1,0 +1,83 @@
+"""The `llm-worker` command line."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+import click
+
+from worker import __version__
+from worker.errors import WorkerError
+from worker.logs import configure as configure_logs
+
+
+def _option(*names: str, env: str, **kwargs):
+    """Every flag also reads LLM_WORKER_<NAME>, shown in --help."""
+    return click.option(*names, envvar=f"LLM_WORKER_{env}", show_envvar=True, **kwargs)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "-V", "--version", prog_name="llm-worker")
+def cli() -> None:
+    """Serve one GGUF model through llama.cpp: OpenAI-compatible and pool-manager APIs."""
+
+
+@cli.command()
+@_option("--model", "-m", env="MODEL", default=None,
+         help="A .gguf file or a models.toml alias.  [default: the registry's default model]")
+@_option("--model-ref", env="MODEL_REF", default=None,
+         help="The pool manager's name for the model, echoed in callbacks.  [default: the served model id]")
+@_option("--backend", env="BACKEND", default="cpu", show_default=True,
+         help="llama.cpp backend: cpu, cuda, metal, vulkan... (must be in the installed build).")
+@_option("--device", env="DEVICE", type=click.IntRange(min=0), default=0, show_default=True,
+         help="GPU ordinal within the backend.")
+@_option("--n-gpu-layers", "-ngl", env="N_GPU_LAYERS", type=click.IntRange(min=-1), default=None,
+         help="Layers to offload (-1: all).  [default: all on a GPU backend, 0 on cpu]")
+@_option("--host", env="HOST", default="127.0.0.1", show_default=True, help="Listen address.")
+@_option("--port", "-p", env="PORT", type=click.IntRange(0, 65535), default=8080, show_default=True,
+         help="Listen port (0: pick a free one, reported in the log and the callback).")
+@_option("--ctx-size", "-c", env="CTX_SIZE", type=click.IntRange(min=0), default=0, show_default=True,
+         help="KV-cache tokens for all slots together (0: the model's training context). "
+              "Each request gets ctx-size / parallel.")
+@_option("--parallel", "-np", env="PARALLEL", type=click.IntRange(min=1, max=256), default=4, show_default=True,
+         help="Sequence slots decoded together (continuous batching).")
+@_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=1), default=512, show_default=True,
+         help="Most tokens in one llama_decode call (decode tokens + prefill chunks).")
+@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=1), default=512, show_default=True,
+         help="Physical micro-batch size.")
+@_option("--threads", "-t", env="THREADS", type=click.IntRange(min=1), default=None,
+         help="CPU threads for llama.cpp.  [default: the cores this process may use]")
+@_option("--max-queue", env="MAX_QUEUE", type=click.IntRange(min=0), default=64, show_default=True,
+         help="Waiting requests beyond the slots; past it requests get 503 + Retry-After.")
+@_option("--worker-id", env="WORKER_ID", default=None, help="Opaque id echoed in callbacks.  [default: a fresh uuid4]")
+@_option("--callback-url", env="CALLBACK_URL", default=None,
+         help="POST the ready callback here once the model is loaded and warm.")
+@_option("--log-format", env="LOG_FORMAT", type=click.Choice(["console", "json"]), default=None,
+         help="Log lines for people or for machines.  [default: console on a terminal, else json]")
+@_option("--log-level", env="LOG_LEVEL", type=click.Choice(["debug", "info", "warning", "error"]),
+         default="info", show_default=True, help="Least severe log level shown.")
+def serve(**flags) -> None:
+    """Serve a model over HTTP until SIGINT/SIGTERM.
+
+    \b
+    Examples:
+      llm-worker serve                                   # the default model on 127.0.0.1:8080
+      llm-worker serve --model q4.gguf --port 9000
+      llm-worker serve --model q4.gguf --backend cuda --device 1
+    """
+    from worker.lifecycle.run import serve as run_serve  # imports llama_cpp: keep --help fast
+    from worker.settings import settings_from_flags
+
+    settings = settings_from_flags(flags)
+    configure_logs(settings.log_format, settings.log_level)
+    asyncio.run(run_serve(settings))
+
+
+def main() -> None:
+    try:
+        cli(prog_name="llm-worker")
+    except WorkerError as exc:
+        raise SystemExit(f"llm-worker: error: {exc}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
