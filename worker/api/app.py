@@ -28,10 +28,15 @@ async def request_id_middleware(request: web.Request, handler):
     return response
 
 
+async def metrics(request: web.Request) -> web.Response:
+    return request.app[WORKER].metrics.render()
+
+
 def build_app(worker: WorkerState) -> web.Application:
     app = web.Application(client_max_size=MAX_BODY_BYTES,
                           middlewares=[request_id_middleware, error_middleware])
     app[WORKER] = worker
     app.add_routes(orch.routes)
     app.add_routes(openai.routes)
+    app.router.add_get("/metrics", metrics)
     return app

@@ -79,7 +79,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
     engine = worker.require_engine()
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
     job = engine_request(engine, prompt_tokens, generation, request["request_id"])
-    async with generating(engine, job) as handle:
+    async with generating(worker, job) as handle:
         if not generation.stream:
             texts = [event.text async for event in handle if isinstance(event, TokenEvent)]
             finished = handle.finished

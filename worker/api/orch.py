@@ -71,8 +71,8 @@ def _end_events(finished: Finished) -> list[dict]:
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
     engine = worker.require_engine()
     tokens = engine.tokenize(job.prompt)
-    async with generating(engine, engine_request(engine, tokens, job.generation, request["request_id"])) as handle:
-        worker.jobs[job.job_id] = handle
+    async with generating(worker, engine_request(engine, tokens, job.generation, request["request_id"])) as handle:
+        worker.jobs[job.job_id] = handle.cancel
         try:
             stream = await sse.open_stream(request)
             await sse.send(stream, {"type": "started", "job_id": job.job_id, "model": worker.model_id, "started_at": _now()})
@@ -113,7 +113,7 @@ async def cancel(request: web.Request) -> web.Response:
     r = Reader(parse_json_object(await request.read()))
     job_id = r.string("job_id", required=True, min_length=1)
     r.done()
-    handle = worker.jobs.get(job_id)
-    if handle is not None:
-        handle.cancel()
-    return web.json_response({"job_id": job_id, "status": "cancelling" if handle else "unknown"}, status=202)
+    cancel_job = worker.jobs.get(job_id)
+    if cancel_job is not None:
+        cancel_job()
+    return web.json_response({"job_id": job_id, "status": "cancelling" if cancel_job else "unknown"}, status=202)

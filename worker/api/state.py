@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from worker.engine import Engine, RequestHandle
+from typing import Callable
+
+from worker.api.metrics import Metrics
+from worker.engine import Engine
 from worker.settings import Settings
 
 
@@ -28,7 +31,11 @@ class WorkerState:
     model_id: str
     phase: Phase = Phase.LOADING
     engine: Engine | None = None
-    jobs: dict[str, RequestHandle] = field(default_factory=dict)  # pool-manager job_id -> handle
+    jobs: dict[str, Callable[[], None]] = field(default_factory=dict)  # pool-manager job_id -> its cancel()
+    metrics: Metrics = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = Metrics(lambda: self.engine.stats() if self.engine is not None else None)
 
     def require_engine(self) -> Engine:
         if self.phase is not Phase.READY or self.engine is None:

@@ -1,0 +1,70 @@
+"""Prometheus metrics at /metrics: latency histograms, token and request counters, engine gauges."""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from worker.engine import Finished, SchedulerStats
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
+_TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075, 0.1, 0.25, 0.5, 1)
+
+
+class _EngineGauges(Collector):
+    """Read the engine's state at scrape time instead of mirroring it on every step."""
+
+    def __init__(self, stats: Callable[[], SchedulerStats | None]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = self._stats()
+        if stats is None:  # still loading
+            return
+        yield GaugeMetricFamily("llm_worker_requests_running", "Requests holding a sequence slot.", stats.running)
+        yield GaugeMetricFamily("llm_worker_requests_waiting", "Requests queued for a slot.", stats.waiting)
+        yield GaugeMetricFamily("llm_worker_slots", "Sequence slots (--parallel).", stats.slots)
+        yield GaugeMetricFamily("llm_worker_kv_cache_usage_ratio", "KV cells in use / KV cells.",
+                                stats.kv_cells_used / stats.kv_cells_total if stats.kv_cells_total else 0.0)
+
+
+class Metrics:
+    def __init__(self, stats: Callable[[], SchedulerStats | None]) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.ttft = Histogram("llm_worker_time_to_first_token_seconds", "Arrival to first generated token.",
+                              buckets=_LATENCY_BUCKETS, registry=r)
+        self.inter_token = Histogram("llm_worker_inter_token_latency_seconds",
+                                     "Gap between consecutive streamed pieces, as the API hands them out.",
+                                     buckets=_TOKEN_GAP_BUCKETS, registry=r)
+        self.e2e = Histogram("llm_worker_request_duration_seconds", "Arrival to the last event.",
+                             buckets=_LATENCY_BUCKETS, registry=r)
+        self.queue = Histogram("llm_worker_queue_time_seconds", "Arrival to admission into a slot.",
+                               buckets=_LATENCY_BUCKETS, registry=r)
+        self.prompt_tokens = Counter("llm_worker_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
+        self.generated_tokens = Counter("llm_worker_generated_tokens", "Tokens generated.", registry=r)
+        self.requests = Counter("llm_worker_requests", "Finished requests by finish reason.",
+                                ["finish_reason"], registry=r)
+        r.register(_EngineGauges(stats))
+
+    def finished(self, finished: Finished | None, e2e_s: float) -> None:
+        self.e2e.observe(e2e_s)
+        if finished is None:
+            self.requests.labels("client_disconnected").inc()
+            return
+        self.requests.labels(finished.reason.value).inc()
+        self.prompt_tokens.inc(finished.prompt_tokens)
+        self.generated_tokens.inc(finished.completion_tokens)
+        self.queue.observe(finished.queue_s)
+        if finished.completion_tokens:
+            self.ttft.observe(finished.ttft_s)
+
+    def render(self) -> web.Response:
+        response = web.Response(body=generate_latest(self.registry))
+        response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
+        response.charset = "utf-8"
+        return response
