@@ -108,22 +108,21 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
         return response
 
 
-@routes.post("/v1/chat/completions")
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    worker = request.app[WORKER]
-    engine = worker.require_engine()
-    chat = parse_chat(parse_json_object(await request.read()), engine.n_vocab)
-    model = _model(worker, chat.model)
-    return await _respond(request, worker, CHAT, model, engine.tokenize_chat(chat.messages), chat.generation)
+def _generation_route(path: str, parse: Callable, shape: Shape, prompt_tokens: Callable) -> None:
+    """Chat and completions differ only in how they parse, tokenize and shape; the rest is shared."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        worker = request.app[WORKER]
+        engine = worker.require_engine()
+        parsed = parse(parse_json_object(await request.read()), engine.n_vocab)
+        model = _model(worker, parsed.model)
+        return await _respond(request, worker, shape, model, prompt_tokens(engine, parsed), parsed.generation)
+
+    routes.post(path)(handler)
 
 
-@routes.post("/v1/completions")
-async def completions(request: web.Request) -> web.StreamResponse:
-    worker = request.app[WORKER]
-    engine = worker.require_engine()
-    completion = parse_completion(parse_json_object(await request.read()), engine.n_vocab)
-    model = _model(worker, completion.model)
-    return await _respond(request, worker, COMPLETION, model, engine.tokenize(completion.prompt), completion.generation)
+_generation_route("/v1/chat/completions", parse_chat, CHAT, lambda engine, chat: engine.tokenize_chat(chat.messages))
+_generation_route("/v1/completions", parse_completion, COMPLETION, lambda engine, text: engine.tokenize(text.prompt))
 
 
 @routes.get("/v1/models")
