@@ -75,6 +75,7 @@ class BenchConfig:
     concurrencies: tuple[int, ...]
     duration_s: float  # measurement window per (prompt length, concurrency) level
     warmup_s: float  # run before the window opens so every level is measured in steady state
+    drain_s: float  # after the window, how long in-flight requests may take before they are cut
     max_tokens: int
     parallel: int
     ctx_size: int  # all slots together; llama_cpp.server gets ctx_size // parallel (one slot)
@@ -97,6 +98,11 @@ class RequestResult:
     chunk_times: list[float] = field(default_factory=list)  # arrivals of chunks carrying text
     tokens: float = 0.0  # usage.completion_tokens when the server reports it, else text chunks
     error: str | None = None
+    cut: bool = False  # still streaming when the level's drain time ran out, so cancelled
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and not self.cut and bool(self.chunk_times)
 
     @property
     def ttft(self) -> float | None:
@@ -115,7 +121,8 @@ class LevelResult:
     server: str
     prompt_tokens: int
     clients: int
-    requests: int  # requests sent inside the window that completed
+    requests: int  # completed requests
+    cut: int  # requests cancelled because they were still running when the drain time ran out
     errors: int
     tokens_per_request: float  # mean generated tokens, to show every server generated max_tokens
     agg_tok_s: float  # generated tokens that arrived inside the window / window length
@@ -125,6 +132,7 @@ class LevelResult:
     itl_p99_ms: float
     decode_tok_s_p50: float  # per stream, first to last token of a request (excludes prefill)
     peak_rss_mb: float  # server process tree, during this level
+    background_cpu: float  # share of all cores busy just before the level, while the server idled
 
 
 @dataclass
@@ -334,8 +342,6 @@ def request_body(cfg: BenchConfig, prompt: str, seed: int, no_eos: dict[str, flo
 
 
 async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict[str, Any], result: RequestResult) -> None:
-    chunks_with_text = 0
-    usage_tokens: int | None = None
     async with session.post(url + "/v1/completions", json=body) as resp:
         if resp.status != 200:
             result.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"
@@ -354,10 +360,9 @@ async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict
             choices = event.get("choices") or []
             if choices and choices[0].get("text"):
                 result.chunk_times.append(time.perf_counter())
-                chunks_with_text += 1
-            if event.get("usage"):
-                usage_tokens = event["usage"].get("completion_tokens")
-    result.tokens = float(usage_tokens if usage_tokens is not None else chunks_with_text)
+                result.tokens += 1  # provisional: one token per chunk until usage says otherwise
+            if event.get("usage") and event["usage"].get("completion_tokens") is not None:
+                result.tokens = float(event["usage"]["completion_tokens"])
 
 
 async def client_loop(
@@ -371,11 +376,14 @@ async def client_loop(
         body = request_body(cfg, prompts.prompt(prompt_tokens, cid, index), cfg.seed + 10_000 * cid + index,
                             no_eos, cfg.max_tokens)
         result = RequestResult(client=cid, sent=time.perf_counter())
+        results.append(result)  # now, so a request cancelled mid-stream still counts its tokens
         try:
             await stream_completion(session, url, body, result)
         except (aiohttp.ClientError, asyncio.TimeoutError, json.JSONDecodeError) as exc:
             result.error = f"{type(exc).__name__}: {exc}"
-        results.append(result)
+        except asyncio.CancelledError:
+            result.cut = True
+            raise
         index += 1
 
 
@@ -393,39 +401,84 @@ def percentile(values: list[float], q: float) -> float:
 async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_tokens: int, clients: int,
                     sampler: RssSampler, server: str) -> LevelResult:
     results: list[RequestResult] = []
-    connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=None, sock_read=600)
-    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
+    background = background_cpu()
+    if background > 0.15:
+        print(f"    warning: {background:.0%} of the CPU was busy with something else just before this level",
+              file=sys.stderr)
+    async with new_session() as session:
         t0 = time.perf_counter()
         start, end = t0 + cfg.warmup_s, t0 + cfg.warmup_s + cfg.duration_s
-        # Clients stop sending at the end of the window but finish what is in flight, so
-        # the server is idle again before the next level starts.
-        await asyncio.gather(*(client_loop(c, url, session, cfg, prompts, prompt_tokens, end, results)
-                               for c in range(clients)))
-    # Throughput only counts the window, but latency covers every request of the level:
-    # a slow server may not even start a request inside a short window.
-    ok = [r for r in results if r.error is None and r.chunk_times]
-    ttfts = [r.ttft * 1000 for r in ok if r.ttft is not None]
-    gaps = [(b - a) * 1000 for r in ok for a, b in zip(r.chunk_times, r.chunk_times[1:])]
+        # Clients stop sending at the end of the window and get drain_s to finish what is in
+        # flight; whatever still runs then is cancelled, which bounds a level's wall time
+        # even for a server that queues every request behind the others.
+        clients_done = asyncio.gather(*(client_loop(c, url, session, cfg, prompts, prompt_tokens, end, results)
+                                        for c in range(clients)))
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(clients_done, timeout=max(0.0, end + cfg.drain_s - time.perf_counter()))
+        await settle(session, url)
+    # Throughput only counts the window, but latency covers every request of the level
+    # (a cut one included once it had its first token): a slow server may not even start
+    # a request inside a short window.
+    ok = [r for r in results if r.complete]
+    started = [r for r in results if r.error is None and r.chunk_times]
+    ttfts = [r.ttft * 1000 for r in started if r.ttft is not None]
+    gaps = [(b - a) * 1000 for r in started for a, b in zip(r.chunk_times, r.chunk_times[1:])]
     decode = [(r.tokens - r.tokens / len(r.chunk_times)) / (r.chunk_times[-1] - r.chunk_times[0])
-              for r in ok if len(r.chunk_times) > 1]
+              for r in started if len(r.chunk_times) > 1]
     errors = [r for r in results if r.error is not None]
     if errors:
         print(f"    {len(errors)} failed requests, first: {errors[0].error}", file=sys.stderr)
     return LevelResult(
-        server=server, prompt_tokens=prompt_tokens, clients=clients, requests=len(ok), errors=len(errors),
-        tokens_per_request=statistics.fmean(r.tokens for r in ok) if ok else 0.0,
+        server=server, prompt_tokens=prompt_tokens, clients=clients, requests=len(ok),
+        cut=sum(r.cut for r in results), errors=len(errors),
+        tokens_per_request=statistics.fmean(r.tokens for r in ok) if ok else float("nan"),
         agg_tok_s=sum(r.tokens_between(start, end) for r in results) / cfg.duration_s,
         ttft_p50_ms=percentile(ttfts, 50), ttft_p99_ms=percentile(ttfts, 99),
         itl_p50_ms=percentile(gaps, 50), itl_p99_ms=percentile(gaps, 99),
         decode_tok_s_p50=percentile(decode, 50),
         peak_rss_mb=sampler.peak(t0, time.perf_counter()) / MB,
+        background_cpu=background,
     )
+
+
+def background_cpu(interval: float = 0.5) -> float:
+    """Share of all cores busy over `interval` while the server idles: anything else
+    running on a small machine skews the next level, so the report shows it."""
+    def busy_total() -> tuple[int, int]:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+        idle = fields[3] + fields[4]  # idle + iowait
+        return sum(fields) - idle, sum(fields)
+    try:
+        b0, t0 = busy_total()
+        time.sleep(interval)
+        b1, t1 = busy_total()
+    except OSError:
+        return float("nan")
+    return (b1 - b0) / max(1, t1 - t0)
+
+
+def new_session() -> aiohttp.ClientSession:
+    # A fresh connection per request: reusing keep-alive connections that a server has
+    # already timed out fails the next write ("Can not write request body"), and a new
+    # loopback connection costs every server the same.
+    connector = aiohttp.TCPConnector(limit=0, force_close=True)
+    return aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_read=600))
+
+
+async def settle(session: aiohttp.ClientSession, url: str) -> None:
+    """Wait until the server has dropped the cancelled requests, so levels do not overlap.
+
+    A one-token request is answered only after whatever a sequential server still has
+    queued; a batching server answers it at once.
+    """
+    body = {"prompt": "Hello", "max_tokens": 1, "temperature": 0, "stream": True}
+    with contextlib.suppress(aiohttp.ClientError, asyncio.TimeoutError):
+        await stream_completion(session, url, body, RequestResult(client=-1, sent=time.perf_counter()))
 
 
 async def warm_up(url: str, cfg: BenchConfig, prompts: PromptFactory) -> None:
     """One short request so lazy allocations and first-call costs stay out of the first level."""
-    async with aiohttp.ClientSession() as session:
+    async with new_session() as session:
         body = request_body(cfg, prompts.prompt(64, 999, 0), cfg.seed, {}, 8)
         result = RequestResult(client=-1, sent=time.perf_counter())
         await stream_completion(session, url, body, result)
@@ -444,7 +497,8 @@ def bench_server(name: str, cfg: BenchConfig, prompts: PromptFactory) -> ServerR
                 level = asyncio.run(run_level(url, cfg, prompts, prompt_tokens, clients, sampler, name))
                 print(f"   prompt {prompt_tokens:4d} clients {clients:2d}: {level.agg_tok_s:7.1f} tok/s  "
                       f"TTFT p50 {level.ttft_p50_ms:7.0f} ms  ITL p50 {level.itl_p50_ms:5.1f} ms  "
-                      f"({level.requests} requests, {level.tokens_per_request:.0f} tok each)", file=sys.stderr)
+                      f"({level.requests} requests of {level.tokens_per_request:.0f} tokens, {level.cut} cut)",
+                      file=sys.stderr)
                 levels.append(level)
         peak = sampler.peak() / MB
     return ServerRun(server=name, argv=argv, startup_s=startup_s, peak_rss_mb=peak, levels=levels)
@@ -472,6 +526,10 @@ def find_level(runs: list[ServerRun], server: str, prompt: int, clients: int) ->
     return None
 
 
+def fmt(template: str, value: float) -> str:
+    return "–" if value != value else template.format(value)
+
+
 def ratio(a: float, b: float) -> float:
     return a / b if b and b == b and a == a else float("nan")
 
@@ -481,7 +539,8 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
     lines = [
         "# llm-worker benchmark",
         "",
-        f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env['cpu']}, {env['cores']} cores; {env['date']}",
+        f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env['cpu']}, {env['cores']} cores; {env['date']}; "
+        f"load average {env['load_before']:.1f} at the start",
         f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context in all "
         f"({cfg.ctx_per_slot} per slot; llama_cpp.server, which has one slot, gets {cfg.ctx_per_slot}), "
         f"{cfg.threads} threads; f16 KV cache for {cfg.ctx_size} tokens = "
@@ -492,7 +551,8 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
         f"- llama-server: {env.get('llama_server_version', 'n/a')}",
         "",
     ]
-    header = "| server | prompt | clients | " + " | ".join(m[1] for m in METRICS) + " | tok/req | errors |"
+    header = ("| server | prompt | clients | " + " | ".join(m[1] for m in METRICS)
+              + " | tok/req | cut | errors | background CPU |")
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     for prompt in cfg.prompt_lengths:
         for clients in cfg.concurrencies:
@@ -500,9 +560,10 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
                 lv = find_level(runs, run.server, prompt, clients)
                 if lv is None:
                     continue
-                cells = [m[2].format(getattr(lv, m[0])) for m in METRICS]
+                cells = [fmt(m[2], getattr(lv, m[0])) for m in METRICS]
                 lines.append(f"| {run.server} | {prompt} | {clients} | " + " | ".join(cells)
-                             + f" | {lv.tokens_per_request:.0f} | {lv.errors} |")
+                             + f" | {fmt('{:.0f}', lv.tokens_per_request)} | {lv.cut} | {lv.errors}"
+                             f" | {fmt('{:.0%}', lv.background_cpu)} |")
     peers = [r.server for r in runs if r.server != WORKER]
     if any(r.server == WORKER for r in runs) and peers:
         lines += ["", "## llm-worker / peer", "",
@@ -515,7 +576,7 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
                 for clients in cfg.concurrencies:
                     ours, theirs = find_level(runs, WORKER, prompt, clients), find_level(runs, peer, prompt, clients)
                     if ours and theirs:
-                        cells = [f"{ratio(getattr(ours, m[0]), getattr(theirs, m[0])):.2f}x" for m in METRICS]
+                        cells = [fmt("{:.2f}x", ratio(getattr(ours, m[0]), getattr(theirs, m[0]))) for m in METRICS]
                         lines.append(f"| {peer} | {prompt} | {clients} | " + " | ".join(cells) + " |")
     lines += ["", "## Peak RSS over the whole run (load included)", "",
               "| server | startup s | peak RSS MB | peak RSS - model MB |", "|---|---|---|---|"]
@@ -525,6 +586,9 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
     if targets:
         lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
         lines += [f"| {t} | {m} | {'yes' if ok else '**no**'} |" for t, m, ok in targets]
+    if any(lv.background_cpu > 0.15 for run in runs for lv in run.levels):
+        lines += ["", "**Warning:** other processes kept the CPU busy before some levels (background CPU "
+                  "column); rerun on a quiet machine before trusting those rows."]
     return "\n".join(lines) + "\n"
 
 
@@ -538,17 +602,17 @@ def target_checks(cfg: BenchConfig, runs: list[ServerRun], model_mb: float) -> l
         ours1, ref1 = find_level(runs, WORKER, prompt, 1), find_level(runs, LLAMA_SERVER, prompt, 1)
         if ours1 and ref1:
             r = ratio(ours1.decode_tok_s_p50, ref1.decode_tok_s_p50)
-            checks.append((f"single-stream decode tok/s >= 0.95x llama-server (prompt {prompt})", f"{r:.2f}x", r >= 0.95))
+            checks.append((f"single-stream decode tok/s >= 0.95x llama-server (prompt {prompt})", fmt("{:.2f}x", r), r >= 0.95))
         ours8 = find_level(runs, WORKER, prompt, 8)
         for peer, need in ((LLAMA_SERVER, 1.0), (LLAMA_CPP_PY, 3.0)):
             theirs = find_level(runs, peer, prompt, 8)
             if ours8 and theirs:
                 r = ratio(ours8.agg_tok_s, theirs.agg_tok_s)
-                checks.append((f"aggregate tok/s at 8 clients >= {need:g}x {peer} (prompt {prompt})", f"{r:.2f}x", r >= need))
+                checks.append((f"aggregate tok/s at 8 clients >= {need:g}x {peer} (prompt {prompt})", fmt("{:.2f}x", r), r >= need))
         ref8 = find_level(runs, LLAMA_SERVER, prompt, 8)
         if ours8 and ref8:
             r = ratio(ours8.ttft_p50_ms, ref8.ttft_p50_ms)
-            checks.append((f"TTFT p50 at 8 clients <= 1.1x llama-server (prompt {prompt})", f"{r:.2f}x", r <= 1.1))
+            checks.append((f"TTFT p50 at 8 clients <= 1.1x llama-server (prompt {prompt})", fmt("{:.2f}x", r), r <= 1.1))
     overhead = worker.peak_rss_mb - model_mb
     checks.append(("llm-worker peak RSS - model size <= 150 MB", f"{overhead:.0f} MB", overhead <= 150))
     return checks
@@ -563,7 +627,7 @@ def draw_chart(cfg: BenchConfig, runs: list[ServerRun], path: Path) -> bool:
     except ImportError:
         print("matplotlib is not installed, so no chart: .venv/bin/pip install matplotlib", file=sys.stderr)
         return False
-    fig, axes = plt.subplots(2, len(cfg.prompt_lengths), figsize=(5.5 * len(cfg.prompt_lengths), 8), squeeze=False)
+    fig, axes = plt.subplots(2, len(cfg.prompt_lengths), figsize=(max(7.0, 5.5 * len(cfg.prompt_lengths)), 8), squeeze=False)
     for col, prompt in enumerate(cfg.prompt_lengths):
         for row, (metric, title) in enumerate((("agg_tok_s", "aggregate generated tok/s"), ("ttft_p50_ms", "TTFT p50 (ms)"))):
             ax = axes[row][col]
@@ -578,7 +642,8 @@ def draw_chart(cfg: BenchConfig, runs: list[ServerRun], path: Path) -> bool:
             ax.set_title(f"{title}, {prompt}-token prompt")
             ax.grid(True, which="both", alpha=0.3)
             ax.legend()
-    fig.suptitle(f"{cfg.model.name}, {cfg.threads} threads, {cfg.parallel} slots, {cfg.max_tokens} generated tokens")
+    fig.suptitle(f"{cfg.model.name}\n{cfg.threads} threads, {cfg.parallel} slots, {cfg.ctx_size} context, "
+                 f"{cfg.max_tokens} generated tokens per request")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -593,7 +658,11 @@ def environment(cfg: BenchConfig) -> dict[str, Any]:
                 cpu = line.split(":", 1)[1].strip()
                 break
     env: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
-                           "python": platform.python_version()}
+                           "python": platform.python_version(), "load_before": os.getloadavg()[0]}
+    if env["load_before"] > 0.5:
+        # Each server spins all its threads; anything else running skews them unpredictably.
+        print(f"warning: load average is {env['load_before']:.1f} before the benchmark; "
+              "numbers from a busy machine are not comparable", file=sys.stderr)
     if cfg.llama_server_bin:
         out = subprocess.run([str(cfg.llama_server_bin), "--version"], capture_output=True, text=True, timeout=30)
         env["llama_server_version"] = " ".join((out.stdout + out.stderr).split("\n")[0:2]).strip()
@@ -631,11 +700,13 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="GGUF file (default: the SmolLM2-135M test model in /tmp/lwcache)")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated subset of {','.join(SERVERS)}")
-    p.add_argument("--quick", action="store_true", help="1 and 8 clients, short windows: under 3 minutes on 2 cores")
+    p.add_argument("--quick", action="store_true", help="128-token prompts, 1 and 8 clients, 8 s windows: under 3 minutes on 2 cores")
     p.add_argument("--concurrency", help="comma-separated client counts (default 1,4,8,16)")
-    p.add_argument("--prompt-tokens", default="128,512", help="comma-separated prompt lengths in tokens")
-    p.add_argument("--duration", type=float, help="measurement window per level, seconds (default 20, quick 6)")
-    p.add_argument("--warmup", type=float, help="seconds of load before each window (default 3, quick 1.5)")
+    p.add_argument("--prompt-tokens", help="comma-separated prompt lengths in tokens (default 128,512; quick 128)")
+    p.add_argument("--duration", type=float, help="measurement window per level, seconds (default 20, quick 8)")
+    p.add_argument("--warmup", type=float, help="seconds of load before each window (default 10, quick 3)")
+    p.add_argument("--drain", type=float,
+                   help="seconds in-flight requests may run after the window before they are cut (default 60, quick 6)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--parallel", type=int, default=8, help="slots (llm-worker --parallel, llama-server -np)")
     p.add_argument("--ctx-size", type=int, default=8192, help="total context across slots")
@@ -650,13 +721,15 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     if unknown := set(servers) - set(SERVERS):
         p.error(f"unknown server(s) {sorted(unknown)}; choose from {SERVERS}")
     concurrency = a.concurrency or ("1,8" if a.quick else "1,4,8,16")
+    prompt_tokens = a.prompt_tokens or ("128" if a.quick else "128,512")
     return BenchConfig(
         model=find_model(a.model),
         servers=servers,
-        prompt_lengths=tuple(int(x) for x in a.prompt_tokens.split(",")),
+        prompt_lengths=tuple(int(x) for x in prompt_tokens.split(",")),
         concurrencies=tuple(int(x) for x in concurrency.split(",")),
-        duration_s=a.duration if a.duration is not None else (6.0 if a.quick else 20.0),
-        warmup_s=a.warmup if a.warmup is not None else (1.5 if a.quick else 3.0),
+        duration_s=a.duration if a.duration is not None else (8.0 if a.quick else 20.0),
+        warmup_s=a.warmup if a.warmup is not None else (3.0 if a.quick else 10.0),
+        drain_s=a.drain if a.drain is not None else (6.0 if a.quick else 60.0),
         max_tokens=a.max_tokens,
         parallel=a.parallel,
         ctx_size=a.ctx_size,
@@ -670,6 +743,8 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the servers get stopped too.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     cfg = parse_args(argv)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
