@@ -162,14 +162,22 @@ class PromptFactory:
         self.end_of_generation = [t for t in range(self._llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
         self._filler = self._tokenize(FILLER * 8)
         self.metadata = dict(self._llama.metadata)
+        self._issued = 0  # prompts handed out to the current server, across its levels
 
     def _tokenize(self, text: str) -> list[int]:
         # add_bos follows the model's add_bos_token, as the servers do
         return self._llama.tokenize(text.encode(), add_bos=True, special=False)
 
-    def prompt(self, length: int, client: int, index: int) -> str:
+    def restart(self) -> None:
+        """Each server gets the same sequence of prompts."""
+        self._issued = 0
+
+    def prompt(self, length: int) -> str:
+        # A serial number, not (client, index): those repeat from level to level,
+        # and a slot that still holds the previous level's identical prompt would skip prefill.
+        self._issued += 1
         header = (
-            f"Request {client}-{index}. Read these notes from a village chronicle, then write a long, "
+            f"Request {self._issued}. Read these notes from a village chronicle, then write a long, "
             "detailed continuation of the story.\n\n"
         )
         n = length - len(self._tokenize(header))
@@ -373,7 +381,7 @@ async def client_loop(
     index = 0
     while time.perf_counter() < stop_at:
         # Build the prompt before the clock starts: tokenizing is the client's cost, not the server's.
-        body = request_body(cfg, prompts.prompt(prompt_tokens, cid, index), cfg.seed + 10_000 * cid + index,
+        body = request_body(cfg, prompts.prompt(prompt_tokens), cfg.seed + 10_000 * cid + index,
                             no_eos, cfg.max_tokens)
         result = RequestResult(client=cid, sent=time.perf_counter())
         results.append(result)  # now, so a request cancelled mid-stream still counts its tokens
@@ -479,7 +487,7 @@ async def settle(session: aiohttp.ClientSession, url: str) -> None:
 async def warm_up(url: str, cfg: BenchConfig, prompts: PromptFactory) -> None:
     """One short request so lazy allocations and first-call costs stay out of the first level."""
     async with new_session() as session:
-        body = request_body(cfg, prompts.prompt(64, 999, 0), cfg.seed, {}, 8)
+        body = request_body(cfg, prompts.prompt(64), cfg.seed, {}, 8)
         result = RequestResult(client=-1, sent=time.perf_counter())
         await stream_completion(session, url, body, result)
         if result.error:
@@ -488,6 +496,7 @@ async def warm_up(url: str, cfg: BenchConfig, prompts: PromptFactory) -> None:
 
 def bench_server(name: str, cfg: BenchConfig, prompts: PromptFactory) -> ServerRun:
     print(f"== {name}", file=sys.stderr)
+    prompts.restart()
     with running_server(name, cfg) as (url, _proc, sampler, startup_s, argv):
         print(f"   healthy after {startup_s:.1f}s: {' '.join(argv)}", file=sys.stderr)
         asyncio.run(warm_up(url, cfg, prompts))
