@@ -95,3 +95,17 @@ async def test_model_without_chat_template(http, tmp_path, templateless_model):
         assert body["usage"]["completion_tokens"] == 4
     finally:
         assert worker.stop() == 0
+
+
+def test_unsupported_architecture_fails_with_one_line(tmp_path):
+    import gguf
+
+    path = tmp_path / "alien.gguf"
+    writer = gguf.GGUFWriter(str(path), "alien-arch")
+    writer.add_block_count(1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    line = one_line_failure(run_cli("serve", "--port", "0", "--model", str(path)))
+    assert "cannot load model" in line and "alien-arch" in line

@@ -53,6 +53,17 @@ def cli() -> None:
 @_option("--worker-id", env="WORKER_ID", default=None, help="Opaque id echoed in callbacks.  [default: a fresh uuid4]")
 @_option("--callback-url", env="CALLBACK_URL", default=None,
          help="POST the ready callback here once the model is loaded and warm.")
+@_option("--callback-timeout", env="CALLBACK_TIMEOUT", type=click.FloatRange(min=0), default=60.0, show_default=True,
+         help="Seconds to keep retrying the ready callback (connection errors, 5xx) before giving up.")
+@_option("--heartbeat-url", env="HEARTBEAT_URL", default=None, help="POST a heartbeat here every --heartbeat-interval.")
+@_option("--heartbeat-interval", env="HEARTBEAT_INTERVAL", type=click.FloatRange(min=0.1), default=10.0,
+         show_default=True, help="Seconds between heartbeats.")
+@_option("--drain-timeout", env="DRAIN_TIMEOUT", type=click.FloatRange(min=0), default=30.0, show_default=True,
+         help="On SIGTERM/SIGINT, seconds running requests get to finish before they are cancelled.")
+@_option("--request-timeout", env="REQUEST_TIMEOUT", type=click.FloatRange(min=0, min_open=True), default=None,
+         help="Seconds a request may take from arrival; past it, it ends with a TIMEOUT error.  [default: none]")
+@_option("--api-key", env="API_KEY", default=None,
+         help="Bearer token every route but /health requires (LLORCH_API_TOKEN is accepted too).")
 @_option("--log-format", env="LOG_FORMAT", type=click.Choice(["console", "json"]), default=None,
          help="Log lines for people or for machines.  [default: console on a terminal, else json]")
 @_option("--log-level", env="LOG_LEVEL", type=click.Choice(["debug", "info", "warning", "error"]),

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 from dataclasses import dataclass
 
 from worker.engine import EngineConfig
+
+ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
 
 @dataclass(frozen=True)
@@ -17,6 +20,12 @@ class Settings:
     host: str = "127.0.0.1"
     port: int = 8080
     callback_url: str | None = None
+    callback_timeout: float = 60.0  # give up re-sending the ready callback after this long
+    heartbeat_url: str | None = None
+    heartbeat_interval: float = 10.0
+    drain_timeout: float = 30.0  # on SIGTERM, how long running requests may take to finish
+    request_timeout: float | None = None  # per request, from arrival
+    api_keys: tuple[str, ...] = ()  # bearer tokens any route but /health needs; empty: open
     log_format: str = "console"
     log_level: str = "info"
     engine: EngineConfig = EngineConfig()
@@ -36,6 +45,12 @@ def settings_from_flags(flags: dict) -> Settings:
         host=flags["host"],
         port=flags["port"],
         callback_url=flags["callback_url"],
+        callback_timeout=flags["callback_timeout"],
+        heartbeat_url=flags["heartbeat_url"],
+        heartbeat_interval=flags["heartbeat_interval"],
+        drain_timeout=flags["drain_timeout"],
+        request_timeout=flags["request_timeout"],
+        api_keys=tuple(key for key in (flags["api_key"], os.environ.get(ORCH_TOKEN_ENV)) if key),
         log_format=flags["log_format"] or ("console" if sys.stderr.isatty() else "json"),
         log_level=flags["log_level"],
         engine=EngineConfig(backend=flags["backend"].lower(), **engine_fields),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from typing import Sequence
 
 import structlog
 from aiohttp import web
 
-from worker.api import openai, orch
+from worker.api import openai, openapi, orch
 from worker.api.errors import error_middleware
 from worker.api.state import WORKER, WorkerState
 
@@ -32,11 +33,17 @@ async def metrics(request: web.Request) -> web.Response:
     return request.app[WORKER].metrics.render()
 
 
-def build_app(worker: WorkerState) -> web.Application:
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.json_response(openapi.document())
+
+
+def build_app(worker: WorkerState, extra_middlewares: Sequence = ()) -> web.Application:
+    """`extra_middlewares` (auth) run after request ids are bound and before any route."""
     app = web.Application(client_max_size=MAX_BODY_BYTES,
-                          middlewares=[request_id_middleware, error_middleware])
+                          middlewares=[request_id_middleware, *extra_middlewares, error_middleware])
     app[WORKER] = worker
     app.add_routes(orch.routes)
     app.add_routes(openai.routes)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/openapi.json", openapi_json)
     return app

@@ -11,15 +11,17 @@ import structlog
 from worker.api.metrics import Metrics
 from worker.api.schemas import Generation
 from worker.api.state import WorkerState
-from worker.engine import Engine, Event, Finished, Request, RequestHandle, TokenEvent
+from worker.engine import Event, Finished, Request, RequestHandle, TokenEvent
 
 log = structlog.get_logger("worker.request")
 
 
-def engine_request(engine: Engine, prompt_tokens: list[int], generation: Generation, request_id: str) -> Request:
+def engine_request(worker: WorkerState, prompt_tokens: list[int], generation: Generation, request_id: str) -> Request:
+    engine = worker.require_engine()
     # No max_tokens: generate up to the end of this sequence's context.
     max_tokens = generation.max_tokens or max(1, engine.n_ctx_seq - len(prompt_tokens))
-    return Request(prompt_tokens, max_tokens, generation.sampling, generation.stop, request_id)
+    return Request(prompt_tokens, max_tokens, generation.sampling, generation.stop, request_id,
+                   timeout_s=worker.settings.request_timeout)
 
 
 class TrackedHandle:

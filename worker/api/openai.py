@@ -20,6 +20,12 @@ from worker.engine import Finished, FinishReason, TokenEvent
 routes = web.RouteTableDef()
 
 _FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+# The other endings are failures: (HTTP status when nothing was sent yet, error code).
+_FAILURES = {
+    FinishReason.CANCELLED: (503, "cancelled"),
+    FinishReason.TIMEOUT: (504, "timeout"),
+    FinishReason.ERROR: (500, "inference_failed"),
+}
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,7 @@ def _usage(finished: Finished) -> dict[str, int]:
 
 
 def _failure(finished: Finished) -> dict[str, Any]:
-    code = "cancelled" if finished.reason is FinishReason.CANCELLED else "inference_failed"
+    code = _FAILURES[finished.reason][1]
     return {"error": {"message": finished.message or code, "type": "server_error", "param": None, "code": code}}
 
 
@@ -76,15 +82,14 @@ def _model(worker: WorkerState, requested: str | None) -> str:
 
 async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str,
                    prompt_tokens: list[int], generation: Generation) -> web.StreamResponse:
-    engine = worker.require_engine()
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
-    job = engine_request(engine, prompt_tokens, generation, request["request_id"])
+    job = engine_request(worker, prompt_tokens, generation, request["request_id"])
     async with generating(worker, job) as handle:
         if not generation.stream:
             texts = [event.text async for event in handle if isinstance(event, TokenEvent)]
             finished = handle.finished
             if finished.reason not in _FINISH_REASONS:
-                return web.json_response(_failure(finished), status=503 if finished.reason is FinishReason.CANCELLED else 500)
+                return web.json_response(_failure(finished), status=_FAILURES[finished.reason][0])
             return web.json_response({
                 **header, "object": shape.object,
                 "choices": [shape.choice("".join(texts), _FINISH_REASONS[finished.reason])],

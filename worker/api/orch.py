@@ -49,13 +49,28 @@ async def ready(request: web.Request) -> web.Response:
     return web.json_response(body)
 
 
+@routes.get("/v1/loading/progress")
+async def loading_progress(request: web.Request) -> web.StreamResponse:
+    """SSE of {"stage", "done", "total"} until the model is warm, then [DONE]."""
+    worker = request.app[WORKER]
+    stream = await sse.open_stream(request)
+    if worker.progress is not None:
+        async for progress in worker.progress.updates():
+            await sse.send(stream, progress.as_dict())
+    await stream.write(sse.DONE)
+    return stream
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+_ERROR_CODES = {FinishReason.ERROR: "INFERENCE_FAILED", FinishReason.TIMEOUT: "TIMEOUT"}
+
+
 def _end_events(finished: Finished) -> list[dict]:
-    if finished.reason is FinishReason.ERROR:
-        return [{"type": "error", "code": "INFERENCE_FAILED", "message": finished.message}]
+    if finished.reason in _ERROR_CODES:
+        return [{"type": "error", "code": _ERROR_CODES[finished.reason], "message": finished.message}]
     tokens_per_sec = (finished.completion_tokens - 1) / finished.decode_s if finished.decode_s > 0 else 0.0
     end = {
         "type": "end",
@@ -69,9 +84,8 @@ def _end_events(finished: Finished) -> list[dict]:
 
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
-    engine = worker.require_engine()
-    tokens = engine.tokenize(job.prompt)
-    async with generating(worker, engine_request(engine, tokens, job.generation, request["request_id"])) as handle:
+    tokens = worker.require_engine().tokenize(job.prompt)
+    async with generating(worker, engine_request(worker, tokens, job.generation, request["request_id"])) as handle:
         worker.jobs[job.job_id] = handle.cancel
         try:
             stream = await sse.open_stream(request)

@@ -32,16 +32,34 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not valid JSON")
 
 
+def _has_lone_surrogate(value: Any) -> bool:
+    """JSON escapes like "\\ud800" decode to text that no UTF-8 encoder (or tokenizer) accepts."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return True
+        return False
+    if isinstance(value, dict):
+        return any(_has_lone_surrogate(k) or _has_lone_surrogate(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_lone_surrogate(v) for v in value)
+    return False
+
+
 def parse_json_object(raw: bytes) -> dict[str, Any]:
-    """Strict JSON (no NaN/Infinity, UTF-8 only) whose top level is an object."""
+    """Strict JSON (UTF-8 only, no NaN/Infinity, no lone surrogates) whose top level is an object."""
     try:
-        body = json.loads(raw, parse_constant=_reject_constant)
+        body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        lone_surrogate = _has_lone_surrogate(body)
     except RecursionError:
         raise InvalidRequest([Problem("body", "nesting depth", "the JSON is nested too deeply")]) from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
-        raise InvalidRequest([Problem("body", "valid JSON", f"the body is not valid JSON: {exc}")]) from None
+        raise InvalidRequest([Problem("body", "valid JSON", f"the body is not valid UTF-8 JSON: {exc}")]) from None
     if not isinstance(body, dict):
         raise InvalidRequest([Problem("body", "a JSON object", f"the body must be a JSON object, not {type(body).__name__}")])
+    if lone_surrogate:
+        raise InvalidRequest([Problem("body", "valid Unicode", "the body has a lone UTF-16 surrogate (\\ud800-\\udfff)")])
     return body
 
 

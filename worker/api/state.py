@@ -10,6 +10,7 @@ from aiohttp import web
 from typing import Callable
 
 from worker.api.metrics import Metrics
+from worker.api.progress import LoadingProgress
 from worker.engine import Engine
 from worker.settings import Settings
 
@@ -32,6 +33,7 @@ class WorkerState:
     phase: Phase = Phase.LOADING
     engine: Engine | None = None
     jobs: dict[str, Callable[[], None]] = field(default_factory=dict)  # pool-manager job_id -> its cancel()
+    progress: LoadingProgress | None = None
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ import structlog
 
 from worker.engine.chat import ChatTemplate
 from worker.engine.handle import RequestHandle
-from worker.engine.model import EngineConfig, LlamaModel
+from worker.engine.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.requests import Event, Request
 from worker.engine.scheduler import QueueFull, Scheduler, SchedulerStats, Sequence
 
@@ -46,18 +46,23 @@ class Engine:
         self._thread = threading.Thread(target=self._run, name="llm-engine", daemon=True)
 
     @classmethod
-    def load(cls, path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop) -> Engine:
+    def load(cls, path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop,
+             progress: ProgressFn | None = None) -> Engine:
         """Blocking: load the GGUF, create the context, start the engine thread, warm it up.
 
-        Events are delivered on `loop`.
+        Events are delivered on `loop`; `progress` hears the load and warmup stages.
         """
-        model = LlamaModel(path, config)
+        model = LlamaModel(path, config, progress)
         engine = cls(model, loop)
+        if progress is not None:
+            progress("warmup", 0, 1)
         engine._thread.start()
         engine._warm.wait()
         if engine._warm_up_error is not None:
             model.close()
             raise engine._warm_up_error
+        if progress is not None:
+            progress("warmup", 1, 1)
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend)
         return engine

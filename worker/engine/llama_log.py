@@ -41,4 +41,9 @@ def install() -> None:
 
 
 def last_error(default: str) -> str:
+    """The most telling recent error: llama.cpp's "error loading model: <why>" beats its generic last line."""
+    for line in reversed(recent_errors):
+        _, found, why = line.partition("error loading model: ")
+        if found:
+            return why
     return recent_errors[-1] if recent_errors else default

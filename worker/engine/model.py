@@ -6,6 +6,7 @@ import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import llama_cpp
 import structlog
@@ -17,6 +18,9 @@ from worker.errors import WorkerError
 log = structlog.get_logger(__name__)
 
 GGUF_MAGIC = b"GGUF"
+
+# (stage, done, total): how loading stages report their progress.
+ProgressFn = Callable[[str, int, int], None]
 
 
 def default_threads() -> int:
@@ -51,13 +55,13 @@ def _check_file(path: Path) -> None:
 class LlamaModel:
     """Owns the llama_model, the llama_context and the vocab. Not thread-safe: one engine thread drives it."""
 
-    def __init__(self, path: Path, config: EngineConfig) -> None:
+    def __init__(self, path: Path, config: EngineConfig, progress: ProgressFn | None = None) -> None:
         llama_log.install()
         _check_file(path)
         require_backend(config.backend, config.device)
         self.path = path
         self.config = config
-        self.model = self._load_model(path, config)
+        self.model = self._load_model(path, config, progress)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
@@ -71,13 +75,18 @@ class LlamaModel:
         self._piece_buf = ctypes.create_string_buffer(256)
 
     @staticmethod
-    def _load_model(path: Path, config: EngineConfig) -> llama_cpp.llama_model_p:
+    def _load_model(path: Path, config: EngineConfig, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
+        if progress is not None:
+            # llama.cpp reports a fraction; the params struct keeps the callback alive for the load.
+            params.progress_callback = llama_cpp.llama_progress_callback(
+                lambda fraction, _data: progress("load", round(fraction * 100), 100) or True)
         gpu = config.backend != "cpu"
         params.n_gpu_layers = (-1 if gpu else 0) if config.n_gpu_layers is None else config.n_gpu_layers
         if gpu:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
             params.main_gpu = config.device
+        llama_log.recent_errors.clear()
         model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
         if not model:
             reason = llama_log.last_error("llama.cpp refused it")

@@ -33,6 +33,7 @@ class Request:
     sampling: SamplingParams = field(default_factory=SamplingParams)
     stop: tuple[str, ...] = ()
     request_id: str = ""
+    timeout_s: float | None = None  # from submission; past it the request ends with TIMEOUT
 
 
 class FinishReason(str, enum.Enum):
@@ -40,6 +41,7 @@ class FinishReason(str, enum.Enum):
     STOP = "stop"  # a stop string matched
     LENGTH = "length"  # max_tokens or the sequence's context ran out
     CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
     ERROR = "error"
 
 
@@ -60,7 +62,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     stop_sequence: str | None = None
-    message: str = ""  # why, for LENGTH-by-context, CANCELLED and ERROR
+    message: str = ""  # why, for CANCELLED, TIMEOUT and ERROR
     queue_s: float = 0.0  # submit -> admitted to a slot
     ttft_s: float = 0.0  # submit -> first generated token
     decode_s: float = 0.0  # first token -> last token

@@ -49,6 +49,11 @@ class Sequence:
     last_token_at: float = 0.0
 
     @property
+    def deadline(self) -> float:
+        timeout = self.request.timeout_s
+        return self.submitted_at + timeout if timeout is not None else float("inf")
+
+    @property
     def prefilling(self) -> bool:
         return self.n_past < len(self.request.prompt_tokens)
 
@@ -120,7 +125,7 @@ class Scheduler:
                 self._cond.wait()
             if self._stopping:
                 return False
-            self._drop_cancelled(events)
+            self._drop_ended(events)
             self._admit()
         outputs = self._fill_batch()
         if outputs is not None:
@@ -143,12 +148,24 @@ class Scheduler:
             seq.text = StreamingText(seq.request.stop)
             self._running.append(seq)
 
-    def _drop_cancelled(self, events: list[tuple[Sequence, Event]]) -> None:
-        for seq in [s for s in self._waiting if s.cancelled]:
-            self._waiting.remove(seq)
-            events.append((seq, self._finished(seq, FinishReason.CANCELLED, "cancelled")))
-        for seq in [s for s in self._running if s.cancelled]:
-            self._retire(seq, FinishReason.CANCELLED, events, message="cancelled")
+    def _drop_ended(self, events: list[tuple[Sequence, Event]]) -> None:
+        """Cancelled and timed-out requests leave before the batch is built."""
+        now = time.monotonic()
+
+        def ending(seq: Sequence) -> tuple[FinishReason, str] | None:
+            if seq.cancelled:
+                return FinishReason.CANCELLED, "cancelled"
+            if now >= seq.deadline:
+                return FinishReason.TIMEOUT, f"the request ran past its {seq.request.timeout_s:g} s timeout"
+            return None
+
+        for seq in list(self._waiting):
+            if (end := ending(seq)) is not None:
+                self._waiting.remove(seq)
+                events.append((seq, self._finished(seq, *end)))
+        for seq in list(self._running):
+            if (end := ending(seq)) is not None:
+                self._retire(seq, end[0], events, message=end[1])
 
     def _fill_batch(self) -> list[tuple[Sequence, int]] | None:
         """Pack decode tokens first, then prompt chunks; return who gets sampled at which index."""

@@ -1,77 +1,143 @@
-"""serve: bind the port first (so /health can say "loading"), load, announce, serve until a signal."""
+"""serve: bind first (so /health can say "loading"), load, announce, serve, drain on a signal."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
-from contextlib import suppress
 
 import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
+from worker.api.progress import LoadingProgress
 from worker.engine import Engine
 from worker.engine.backends import require_backend
-from worker.lifecycle.callbacks import post_ready
+from worker.lifecycle.auth import auth_middleware
+from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry, resolve_model
 
 log = structlog.get_logger(__name__)
 
-
-def _bound_port(runner: web.AppRunner) -> int:
-    """The real port, also when --port 0 asked the OS to pick one."""
-    return runner.addresses[0][1]
+DRAIN_POLL_S = 0.05
 
 
-def _load(settings: Settings, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, Engine]:
+def _load(settings: Settings, progress: LoadingProgress, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, Engine]:
+    progress.report("download", 0, 1)
     model = resolve_model(settings.model, load_registry())
-    return model, Engine.load(model.path, settings.engine, loop)
+    progress.report("download", 1, 1)
+    return model, Engine.load(model.path, settings.engine, loop, progress.report)
 
 
-def _ready_body(settings: Settings, worker: WorkerState, url: str, engine: Engine) -> dict:
-    return {
-        "worker_id": settings.worker_id, "url": url, "uri": url,
-        "model_ref": settings.model_ref or worker.model_id,
-        "backend": settings.engine.backend, "device": settings.engine.device,
-        "vram_bytes": engine.size_bytes if settings.engine.backend != "cpu" else 0,
-        "memory_bytes": engine.size_bytes,
-    }
+class WorkerLife:
+    """One serve run: the HTTP site, the worker state, the signals, the background tasks."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.loop = asyncio.get_running_loop()
+        self.worker = WorkerState(settings, model_id=settings.model or "")
+        self.worker.progress = LoadingProgress(self.loop)
+        self.runner = web.AppRunner(
+            build_app(self.worker, extra_middlewares=[auth_middleware(settings.api_keys)]),
+            handler_cancellation=True, access_log=None,
+        )
+        self.stop = asyncio.Event()
+        self.url = ""
+        self.port = 0
+
+    def _on_signal(self) -> None:
+        if self.stop.is_set():
+            log.warning("second_signal_exiting_now")
+            os._exit(1)
+        self.stop.set()
+
+    async def run(self) -> None:
+        await self.runner.setup()
+        await web.TCPSite(self.runner, self.settings.host, self.settings.port).start()
+        self.port = self.runner.addresses[0][1]  # the real port, also for --port 0
+        self.url = f"http://{self.settings.host}:{self.port}"
+        log.info("listening", url=self.url, worker_id=self.settings.worker_id)
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self.loop.add_signal_handler(sig, self._on_signal)
+        tasks: list[asyncio.Task] = []
+        try:
+            if not await self._load():
+                return
+            tasks = self._announce()
+            await self.stop.wait()
+            await self._drain()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if self.worker.engine is not None:
+                await self.loop.run_in_executor(None, self.worker.engine.shutdown)
+            await self._final_heartbeat()
+            await self.runner.cleanup()
+
+    async def _load(self) -> bool:
+        """Load and warm up while serving /health 503; False if a signal came first."""
+        loading = self.loop.run_in_executor(None, _load, self.settings, self.worker.progress, self.loop)
+        stopping = asyncio.ensure_future(self.stop.wait())
+        done, _ = await asyncio.wait([loading, stopping], return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if loading not in done:
+            log.info("stopped_while_loading")
+            return False
+        try:
+            model, engine = loading.result()
+        except Exception:
+            self.worker.phase = Phase.ERROR
+            raise  # a WorkerError ends serve with its one line
+        finally:
+            self.worker.progress.finish()
+        self.worker.model_id, self.worker.engine, self.worker.phase = model.model_id, engine, Phase.READY
+        log.info("ready", url=self.url, model=model.model_id, path=str(model.path))
+        return True
+
+    def _announce(self) -> list[asyncio.Task]:
+        settings, tasks = self.settings, []
+        if settings.callback_url:
+            tasks.append(asyncio.ensure_future(post_ready(settings.callback_url, self._ready_body(), settings.callback_timeout)))
+        if settings.heartbeat_url:
+            tasks.append(asyncio.ensure_future(
+                heartbeat_loop(settings.heartbeat_url, settings.heartbeat_interval, self._heartbeat_body)))
+        return tasks
+
+    def _ready_body(self) -> dict:
+        settings, engine = self.settings, self.worker.engine
+        return {
+            "worker_id": settings.worker_id, "url": self.url, "uri": self.url,
+            "model_ref": settings.model_ref or self.worker.model_id,
+            "backend": settings.engine.backend, "device": settings.engine.device,
+            "vram_bytes": engine.size_bytes if settings.engine.backend != "cpu" else 0,
+            "memory_bytes": engine.size_bytes,
+        }
+
+    def _heartbeat_body(self) -> dict:
+        state = self.worker.state
+        status = state if state in ("idle", "busy", "draining") else "busy"
+        return heartbeat_body(self.settings.worker_id, self.worker.model_id, self.settings.engine.device, self.port, status)
+
+    async def _drain(self) -> None:
+        """Refuse new work (503), let admitted requests finish up to --drain-timeout, then cancel the rest."""
+        self.worker.phase = Phase.DRAINING
+        engine = self.worker.engine
+        deadline = self.loop.time() + self.settings.drain_timeout
+        stats = engine.stats()
+        log.info("draining", running=stats.running, waiting=stats.waiting, timeout_s=self.settings.drain_timeout)
+        while (stats.running or stats.waiting) and self.loop.time() < deadline:
+            await asyncio.sleep(DRAIN_POLL_S)
+            stats = engine.stats()
+        if stats.running or stats.waiting:
+            log.warning("drain_timeout_cancelling", running=stats.running, waiting=stats.waiting)
+
+    async def _final_heartbeat(self) -> None:
+        if self.settings.heartbeat_url and self.worker.engine is not None:
+            await final_heartbeat(self.settings.heartbeat_url, self._heartbeat_body())
 
 
 async def serve(settings: Settings) -> None:
     require_backend(settings.engine.backend, settings.engine.device)  # fail before binding anything
-    loop = asyncio.get_running_loop()
-    worker = WorkerState(settings, model_id=settings.model or "")
-    runner = web.AppRunner(build_app(worker), handler_cancellation=True, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, settings.host, settings.port).start()
-    url = f"http://{settings.host}:{_bound_port(runner)}"
-    log.info("listening", url=url, worker_id=settings.worker_id)
-
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        loading = loop.run_in_executor(None, _load, settings, loop)
-        done, _ = await asyncio.wait([loading, asyncio.ensure_future(stop.wait())], return_when=asyncio.FIRST_COMPLETED)
-        if loading not in done:
-            log.info("stopped_while_loading")
-            return
-        model, engine = loading.result()  # a WorkerError here ends serve with its one line
-        worker.model_id, worker.engine, worker.phase = model.model_id, engine, Phase.READY
-        log.info("ready", url=url, model=model.model_id, path=str(model.path))
-        callback = None
-        if settings.callback_url:
-            callback = asyncio.ensure_future(post_ready(settings.callback_url, _ready_body(settings, worker, url, engine)))
-        await stop.wait()
-        log.info("shutting_down")
-        worker.phase = Phase.DRAINING
-        if callback is not None:
-            callback.cancel()
-            with suppress(asyncio.CancelledError):
-                await callback
-    finally:
-        if worker.engine is not None:
-            await loop.run_in_executor(None, worker.engine.shutdown)
-        await runner.cleanup()
+    await WorkerLife(settings).run()
