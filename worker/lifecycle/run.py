@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 from contextlib import suppress
+from dataclasses import replace
 
 import structlog
 from aiohttp import web
@@ -25,8 +26,13 @@ def _bound_port(runner: web.AppRunner) -> int:
 
 
 def _load(settings: Settings, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, Engine]:
-    model = resolve_model(settings.model, load_registry())
-    return model, Engine.load(model.path, settings.engine, loop)
+    registry = load_registry(*([settings.models_file] if settings.models_file else []))
+    model = resolve_model(settings.model, registry, quant=settings.quant)
+    # The models.toml entry's defaults, under whatever the flags say.
+    config = settings.engine
+    if config.ctx_size is None and model.defaults.ctx_size is not None:
+        config = replace(config, ctx_size=model.defaults.ctx_size)
+    return model, Engine.load(model.path, config, loop)
 
 
 def _ready_body(settings: Settings, worker: WorkerState, url: str, engine: Engine) -> dict:
