@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from worker.api.schemas import parse_completion, parse_execute, sampling_defaults
 from worker.errors import WorkerError
 from worker.source import load_registry
 from worker.source.ggufs import gguf_choices, pick
@@ -109,3 +110,13 @@ def test_a_bad_sha256_pin_is_named(tmp_path: Path):
     with pytest.raises(WorkerError, match="sha256 'abc' is not 64 lowercase hex digits"):
         load_registry(extra)
 
+
+def test_sampling_defaults_sit_under_the_request():
+    defaults = sampling_defaults({"temperature": 0.0, "top_k": 40, "repeat_penalty": 1.1})
+    assert (defaults.temperature, defaults.top_k, defaults.repeat_penalty) == (0.0, 40, 1.1)
+    completion = parse_completion({"prompt": "x", "top_k": 5}, 100, defaults).generation.sampling
+    assert (completion.temperature, completion.top_k, completion.repeat_penalty) == (0.0, 5, 1.1)
+    job = parse_execute({"job_id": "j", "prompt": "x", "max_tokens": 1, "temperature": 0.7}, defaults)
+    assert (job.generation.sampling.temperature, job.generation.sampling.top_k) == (0.7, 40)
+    with pytest.raises(WorkerError, match="temperature must satisfy 0 <= temperature <= 2"):
+        sampling_defaults({"temperature": 3})

@@ -10,7 +10,7 @@ from aiohttp import web
 from typing import Callable
 
 from worker.api.metrics import Metrics
-from worker.engine import Engine
+from worker.engine import Engine, SamplingParams
 from worker.settings import Settings
 
 
@@ -31,6 +31,7 @@ class WorkerState:
     model_id: str
     phase: Phase = Phase.LOADING
     engine: Engine | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the model's defaults under each request
     jobs: dict[str, Callable[[], None]] = field(default_factory=dict)  # pool-manager job_id -> its cancel()
     metrics: Metrics = field(init=False)
 

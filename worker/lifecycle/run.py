@@ -11,7 +11,8 @@ import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
-from worker.engine import Engine
+from worker.api.schemas import sampling_defaults
+from worker.engine import Engine, SamplingParams
 from worker.engine.backends import require_backend
 from worker.lifecycle.callbacks import post_ready
 from worker.settings import Settings
@@ -25,14 +26,15 @@ def _bound_port(runner: web.AppRunner) -> int:
     return runner.addresses[0][1]
 
 
-def _load(settings: Settings, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, Engine]:
+def _load(settings: Settings, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, SamplingParams, Engine]:
     registry = load_registry(*([settings.models_file] if settings.models_file else []))
     model = resolve_model(settings.model, registry, quant=settings.quant)
-    # The models.toml entry's defaults, under whatever the flags say.
+    # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
+    sampling = sampling_defaults(model.defaults.sampling)
     config = settings.engine
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
-    return model, Engine.load(model.path, config, loop)
+    return model, sampling, Engine.load(model.path, config, loop, chat_template=model.defaults.chat_template)
 
 
 def _ready_body(settings: Settings, worker: WorkerState, url: str, engine: Engine) -> dict:
@@ -64,8 +66,8 @@ async def serve(settings: Settings) -> None:
         if loading not in done:
             log.info("stopped_while_loading")
             return
-        model, engine = loading.result()  # a WorkerError here ends serve with its one line
-        worker.model_id, worker.engine, worker.phase = model.model_id, engine, Phase.READY
+        model, sampling, engine = loading.result()  # a WorkerError here ends serve with its one line
+        worker.model_id, worker.sampling, worker.engine, worker.phase = model.model_id, sampling, engine, Phase.READY
         log.info("ready", url=url, model=model.model_id, path=str(model.path))
         callback = None
         if settings.callback_url:
