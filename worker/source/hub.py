@@ -117,7 +117,7 @@ def list_repo(source: HubSource) -> RepoListing:
                 f"cannot reach the hub at {constants.ENDPOINT} ({exc}) and {source.ref} is not in the hub cache "
                 f"({constants.HF_HUB_CACHE}); check the network and HF_ENDPOINT, or unset HF_HUB_OFFLINE"
             ) from None
-        log.info("hub_unreachable_using_cache", repo=source.repo, revision=source.revision, commit=cached.commit)
+        log.warning("hub_unreachable_using_cache", repo=source.repo, revision=source.revision, commit=cached.commit)
         return cached
 
 
@@ -168,7 +168,7 @@ def fetch_hub(source: HubSource) -> Path:
         where = "the hub cache holds" if listing.snapshot else "it has"
         raise WorkerError(f"{source.ref} has no GGUF files and no SafeTensors weights (config.json + *.safetensors); "
                           f"{where}: {', '.join(sorted(listing.files)) or 'nothing'}")
-    ref = f"hf:{source.repo}" + (" as cached (the hub was not asked)" if listing.snapshot else "")
+    ref = f"hf:{source.repo}" + (" as cached (hub unreachable or HF_HUB_OFFLINE)" if listing.snapshot else "")
     return _download(source, pick(choices, ref, file=source.file, quant=source.quant))
 
 
