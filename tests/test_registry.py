@@ -7,7 +7,7 @@ import pytest
 from worker.errors import WorkerError
 from worker.source import load_registry, resolve_model
 from worker.source.package import fetch_package_file
-from worker.source.registry import PackageSource
+from worker.source.registry import ModelDefaults, PackageSource
 
 
 def test_default_entry_is_the_test_model(model_path: Path):
@@ -25,7 +25,7 @@ def test_a_user_file_extends_and_overrides(tmp_path: Path, model_path: Path):
                      f'[models.mine.source]\nkind = "path"\npath = "{model_path}"\n')
     registry = load_registry(extra)
     resolved = resolve_model(None, registry)
-    assert (resolved.model_id, resolved.path, resolved.defaults) == ("mine", model_path, {"ctx_size": 1024})
+    assert (resolved.model_id, resolved.path, resolved.defaults) == ("mine", model_path, ModelDefaults(ctx_size=1024))
     assert "smollm2-135m-instruct" in registry.entries
 
 
@@ -42,7 +42,7 @@ def test_unknown_name_lists_the_aliases():
 def test_bad_source_kind_is_named(tmp_path: Path):
     extra = tmp_path / "models.toml"
     extra.write_text('[models.x.source]\nkind = "ftp"\n')
-    with pytest.raises(WorkerError, match="source kind 'ftp'; use one of: package, path"):
+    with pytest.raises(WorkerError, match="source kind 'ftp'; use one of: package, path, hf"):
         load_registry(extra)
 
 

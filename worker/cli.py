@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-
+import sys
+from pathlib import Path
 
 import click
 
@@ -17,6 +18,23 @@ def _option(*names: str, env: str, **kwargs):
     return click.option(*names, envvar=f"LLM_WORKER_{env}", show_envvar=True, **kwargs)
 
 
+# Options shared by the commands that name models.
+_models_file = _option("--models-file", env="MODELS_FILE", type=click.Path(dir_okay=False, path_type=Path),
+                       default=None, help="Your own models.toml; it extends (and overrides by name) the shipped one.")
+_quant = _option("--quant", env="QUANT", default=None,
+                 help="For hf:owner/repo: the GGUF whose name has this quant (Q4_K_M, Q8_0, ...).")
+_log_format = _option("--log-format", env="LOG_FORMAT", type=click.Choice(["console", "json"]), default=None,
+                      help="Log lines for people or for machines.  [default: console on a terminal, else json]")
+_log_level = _option("--log-level", env="LOG_LEVEL", type=click.Choice(["debug", "info", "warning", "error"]),
+                     default="info", show_default=True, help="Least severe log level shown.")
+
+
+def _registry(models_file: Path | None):
+    from worker.source import load_registry
+
+    return load_registry(*([models_file] if models_file else []))
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="llm-worker")
 def cli() -> None:
@@ -25,7 +43,10 @@ def cli() -> None:
 
 @cli.command()
 @_option("--model", "-m", env="MODEL", default=None,
-         help="A .gguf file or a models.toml alias.  [default: the registry's default model]")
+         help="A .gguf file, a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  "
+              "[default: the registry's default model]")
+@_quant
+@_models_file
 @_option("--model-ref", env="MODEL_REF", default=None,
          help="The pool manager's name for the model, echoed in callbacks.  [default: the served model id]")
 @_option("--backend", env="BACKEND", default="cpu", show_default=True,
@@ -37,9 +58,9 @@ def cli() -> None:
 @_option("--host", env="HOST", default="127.0.0.1", show_default=True, help="Listen address.")
 @_option("--port", "-p", env="PORT", type=click.IntRange(0, 65535), default=8080, show_default=True,
          help="Listen port (0: pick a free one, reported in the log and the callback).")
-@_option("--ctx-size", "-c", env="CTX_SIZE", type=click.IntRange(min=0), default=0, show_default=True,
+@_option("--ctx-size", "-c", env="CTX_SIZE", type=click.IntRange(min=0), default=None,
          help="KV-cache tokens for all slots together (0: the model's training context). "
-              "Each request gets ctx-size / parallel.")
+              "Each request gets ctx-size / parallel.  [default: the models.toml entry's ctx_size, else 0]")
 @_option("--parallel", "-np", env="PARALLEL", type=click.IntRange(min=1, max=256), default=4, show_default=True,
          help="Sequence slots decoded together (continuous batching).")
 @_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=1), default=512, show_default=True,
@@ -64,10 +85,8 @@ def cli() -> None:
          help="Seconds a request may take from arrival; past it, it ends with a TIMEOUT error.  [default: none]")
 @_option("--api-key", env="API_KEY", default=None,
          help="Bearer token every route but /health requires (LLORCH_API_TOKEN is accepted too).")
-@_option("--log-format", env="LOG_FORMAT", type=click.Choice(["console", "json"]), default=None,
-         help="Log lines for people or for machines.  [default: console on a terminal, else json]")
-@_option("--log-level", env="LOG_LEVEL", type=click.Choice(["debug", "info", "warning", "error"]),
-         default="info", show_default=True, help="Least severe log level shown.")
+@_log_format
+@_log_level
 def serve(**flags) -> None:
     """Serve a model over HTTP until SIGINT/SIGTERM.
 
@@ -76,6 +95,7 @@ def serve(**flags) -> None:
       llm-worker serve                                   # the default model on 127.0.0.1:8080
       llm-worker serve --model q4.gguf --port 9000
       llm-worker serve --model q4.gguf --backend cuda --device 1
+      llm-worker serve --model hf:owner/repo --quant Q4_K_M
     """
     from worker.lifecycle.run import serve as run_serve  # imports llama_cpp: keep --help fast
     from worker.settings import settings_from_flags
@@ -83,6 +103,43 @@ def serve(**flags) -> None:
     settings = settings_from_flags(flags)
     configure_logs(settings.log_format, settings.log_level)
     asyncio.run(run_serve(settings))
+
+
+@cli.command()
+@click.argument("name", required=False)
+@_quant
+@_models_file
+@_log_format
+@_log_level
+def pull(name: str | None, quant: str | None, models_file: Path | None, log_format: str | None, log_level: str) -> None:
+    """Download a model without serving it; print where it is.
+
+    NAME is a models.toml alias or hf:owner/repo[/file.gguf][@revision] (default: the
+    registry's default model). A repo with several GGUFs needs --quant or a file name;
+    the error lists them.
+
+    \b
+    Examples:
+      llm-worker pull hf:owner/repo --quant Q4_K_M
+      llm-worker pull hf:owner/repo/model-Q8_0.gguf@main
+    """
+    from worker.source.resolve import fetch_model
+
+    configure_logs(log_format or _default_log_format(), log_level)
+    click.echo(fetch_model(name, _registry(models_file), quant=quant).path)
+
+
+@cli.command()
+@_models_file
+def models(models_file: Path | None) -> None:
+    """List the models.toml entries and what is already downloaded, with sizes."""
+    from worker.source.listing import render
+
+    click.echo(render(_registry(models_file)))
+
+
+def _default_log_format() -> str:
+    return "console" if sys.stderr.isatty() else "json"
 
 
 def main() -> None:

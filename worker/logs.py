@@ -8,6 +8,14 @@ import sys
 import structlog
 
 
+class _ToStructlog(logging.Handler):
+    """A library's stdlib log records (huggingface_hub's download retries) as events in our own format."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = " ".join(record.getMessage().split())  # one line, even when the library wrote several
+        structlog.get_logger(record.name).log(record.levelno, message)
+
+
 def configure(fmt: str, level: str) -> None:
     renderer = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
@@ -26,3 +34,5 @@ def configure(fmt: str, level: str) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    library = logging.getLogger("huggingface_hub")
+    library.handlers, library.propagate = [_ToStructlog()], False

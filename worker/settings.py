@@ -6,6 +6,7 @@ import os
 import sys
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from worker.engine import EngineConfig
 
@@ -14,9 +15,11 @@ ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None  # path or models.toml alias; None: the registry's default
+    model: str | None  # path, models.toml alias or hf:owner/repo...; None: the registry's default
     model_ref: str | None  # the pool manager's name for the model; default: the served model id
     worker_id: str
+    quant: str | None = None  # picks the GGUF of an hf:owner/repo model
+    models_file: Path | None = None  # the user's models.toml, beside the shipped one
     host: str = "127.0.0.1"
     port: int = 8080
     callback_url: str | None = None
@@ -42,6 +45,8 @@ def settings_from_flags(flags: dict) -> Settings:
         model=flags["model"],
         model_ref=flags["model_ref"],
         worker_id=flags["worker_id"] or str(uuid.uuid4()),
+        quant=flags["quant"],
+        models_file=flags["models_file"],
         host=flags["host"],
         port=flags["port"],
         callback_url=flags["callback_url"],

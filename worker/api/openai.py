@@ -119,7 +119,7 @@ def _generation_route(path: str, parse: Callable, shape: Shape, prompt_tokens: C
     async def handler(request: web.Request) -> web.StreamResponse:
         worker = request.app[WORKER]
         engine = worker.require_engine()
-        parsed = parse(parse_json_object(await request.read()), engine.n_vocab)
+        parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling)
         model = _model(worker, parsed.model)
         return await _respond(request, worker, shape, model, prompt_tokens(engine, parsed), parsed.generation)
 

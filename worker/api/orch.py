@@ -108,7 +108,7 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
 async def execute(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     worker.require_engine()
-    job = parse_execute(parse_json_object(await request.read()))
+    job = parse_execute(parse_json_object(await request.read()), worker.sampling)
     if job.job_id in worker.jobs:
         raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running", job.job_id)])
     try:

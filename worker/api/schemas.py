@@ -6,11 +6,12 @@ contract has its own narrower table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.api.problems import Reader
 from worker.engine import SamplingParams
+from worker.errors import WorkerError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_BYTES = 256
@@ -60,7 +61,34 @@ _UNSUPPORTED = {
 }
 
 
-def _openai_generation(r: Reader, n_vocab: int) -> Generation:
+def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingParams:
+    """The request's sampling fields over `base` (the model's defaults): what the request names wins."""
+    repeat = r.number("repeat_penalty", base.repeat_penalty, low=0, high=2)
+    return replace(
+        base,
+        temperature=r.number("temperature", base.temperature, low=0, high=2, nullable=True),
+        top_k=r.number("top_k", base.top_k, low=0, integer=True),
+        top_p=r.number("top_p", base.top_p, low=0, high=1, nullable=True),
+        min_p=r.number("min_p", base.min_p, low=0, high=1),
+        repeat_penalty=r.number("repetition_penalty", repeat, low=0, high=2),
+        repeat_last_n=r.number("repeat_last_n", base.repeat_last_n, low=0, high=4096, integer=True),
+        presence_penalty=r.number("presence_penalty", base.presence_penalty, low=-2, high=2, nullable=True),
+        frequency_penalty=r.number("frequency_penalty", base.frequency_penalty, low=-2, high=2, nullable=True),
+        seed=r.number("seed", None, low=0, high=2**64 - 1, integer=True, nullable=True),
+        logit_bias=_logit_bias(r, n_vocab),
+    )
+
+
+def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
+    """A models.toml sampling table, held to the same names and ranges as a request's fields."""
+    r = Reader(table)
+    params = _openai_sampling(r, 0, SamplingParams())
+    if r.problems:
+        raise WorkerError("models.toml sampling defaults: " + "; ".join(p.message for p in r.problems))
+    return params
+
+
+def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams) -> Generation:
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False, [], {}):
             r.problem(name, "not supported", why, r.body[name])
@@ -70,19 +98,7 @@ def _openai_generation(r: Reader, n_vocab: int) -> Generation:
         r.problem("echo", "echo == false", "echo is not supported", True)
     max_tokens = r.number("max_completion_tokens", None, low=1, high=2**31 - 1, integer=True, nullable=True)
     max_tokens = r.number("max_tokens", max_tokens, low=1, high=2**31 - 1, integer=True, nullable=True)
-    repeat = r.number("repeat_penalty", 1.0, low=0, high=2)
-    sampling = SamplingParams(
-        temperature=r.number("temperature", 1.0, low=0, high=2, nullable=True),
-        top_k=r.number("top_k", 0, low=0, integer=True),
-        top_p=r.number("top_p", 1.0, low=0, high=1, nullable=True),
-        min_p=r.number("min_p", 0.0, low=0, high=1),
-        repeat_penalty=r.number("repetition_penalty", repeat, low=0, high=2),
-        repeat_last_n=r.number("repeat_last_n", 64, low=0, high=4096, integer=True),
-        presence_penalty=r.number("presence_penalty", 0.0, low=-2, high=2, nullable=True),
-        frequency_penalty=r.number("frequency_penalty", 0.0, low=-2, high=2, nullable=True),
-        seed=r.number("seed", None, low=0, high=2**64 - 1, integer=True, nullable=True),
-        logit_bias=_logit_bias(r, n_vocab),
-    )
+    sampling = _openai_sampling(r, n_vocab, base)
     stream = r.boolean("stream")
     options = r.body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -125,7 +141,7 @@ def _text_content(r: Reader, index: int, content: Any) -> str | None:
     return None
 
 
-def parse_chat(body: dict[str, Any], n_vocab: int) -> ChatRequest:
+def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams()) -> ChatRequest:
     r = Reader(body)
     model = r.string("model")
     raw = r.body.get("messages")
@@ -140,12 +156,12 @@ def parse_chat(body: dict[str, Any], n_vocab: int) -> ChatRequest:
             content = _text_content(r, i, message.get("content"))
             if content is not None:
                 messages.append({"role": message["role"], "content": content})
-    generation = _openai_generation(r, n_vocab)
+    generation = _openai_generation(r, n_vocab, defaults)
     r.done()
     return ChatRequest(model, messages, generation)
 
 
-def parse_completion(body: dict[str, Any], n_vocab: int) -> CompletionRequest:
+def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams()) -> CompletionRequest:
     r = Reader(body)
     model = r.string("model")
     prompt = body.get("prompt")
@@ -153,23 +169,24 @@ def parse_completion(body: dict[str, Any], n_vocab: int) -> CompletionRequest:
         prompt = prompt[0]  # the SDK's list form with a single prompt
     if not isinstance(prompt, str):
         r.problem("prompt", "a string", "prompt must be a string (or a list of exactly one string)", prompt)
-    generation = _openai_generation(r, n_vocab)
+    generation = _openai_generation(r, n_vocab, defaults)
     r.done()
     return CompletionRequest(model, prompt, generation)
 
 
-def parse_execute(body: dict[str, Any]) -> ExecuteRequest:
-    """The pool-manager contract's execute request; unknown fields are ignored."""
+def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParams()) -> ExecuteRequest:
+    """The pool-manager contract's execute request over the model's sampling defaults; unknown fields are ignored."""
     r = Reader(body)
     job_id = r.string("job_id", required=True, min_length=1)
     prompt = r.string("prompt", required=True, min_length=1, max_length=32768)
     max_tokens = r.number("max_tokens", required=True, low=1, high=2048, integer=True)
-    sampling = SamplingParams(
-        temperature=r.number("temperature", 1.0, low=0, high=2),
-        top_p=r.number("top_p", 1.0, low=0, high=1),
-        top_k=r.number("top_k", 0, low=0, integer=True),
-        min_p=r.number("min_p", 0.0, low=0, high=1),
-        repeat_penalty=r.number("repetition_penalty", 1.0, low=0, high=2),
+    sampling = replace(
+        defaults,
+        temperature=r.number("temperature", defaults.temperature, low=0, high=2),
+        top_p=r.number("top_p", defaults.top_p, low=0, high=1),
+        top_k=r.number("top_k", defaults.top_k, low=0, integer=True),
+        min_p=r.number("min_p", defaults.min_p, low=0, high=1),
+        repeat_penalty=r.number("repetition_penalty", defaults.repeat_penalty, low=0, high=2),
         seed=r.number("seed", None, low=0, high=2**64 - 1, integer=True, nullable=True),
     )
     stop = r.stop_strings("stop", max_items=4, max_bytes=100, allow_single=False)

@@ -11,7 +11,7 @@ from typing import Callable
 
 from worker.api.metrics import Metrics
 from worker.api.progress import LoadingProgress
-from worker.engine import Engine
+from worker.engine import Engine, SamplingParams
 from worker.settings import Settings
 
 
@@ -32,6 +32,7 @@ class WorkerState:
     model_id: str
     phase: Phase = Phase.LOADING
     engine: Engine | None = None
+    sampling: SamplingParams = field(default_factory=SamplingParams)  # the model's defaults under each request
     jobs: dict[str, Callable[[], None]] = field(default_factory=dict)  # pool-manager job_id -> its cancel()
     progress: LoadingProgress | None = None
     metrics: Metrics = field(init=False)

@@ -36,9 +36,9 @@ class EmptyPrompt(ValueError):
 
 
 class Engine:
-    def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None) -> None:
         self.model = model
-        self.chat = ChatTemplate(model.chat_template(), bos_text=model.bos_text, eos_text=model.eos_text)
+        self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text, eos_text=model.eos_text)
         self._loop = loop
         self._scheduler = Scheduler(model, self._post)
         self._warm = threading.Event()
@@ -47,13 +47,14 @@ class Engine:
 
     @classmethod
     def load(cls, path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop,
-             progress: ProgressFn | None = None) -> Engine:
+             progress: ProgressFn | None = None, chat_template: str | None = None) -> Engine:
         """Blocking: load the GGUF, create the context, start the engine thread, warm it up.
 
-        Events are delivered on `loop`; `progress` hears the load and warmup stages.
+        Events are delivered on `loop`; `progress` hears the load and warmup stages;
+        `chat_template` replaces the GGUF's own (a models.toml override).
         """
         model = LlamaModel(path, config, progress)
-        engine = cls(model, loop)
+        engine = cls(model, loop, chat_template)
         if progress is not None:
             progress("warmup", 0, 1)
         engine._thread.start()
@@ -64,7 +65,8 @@ class Engine:
         if progress is not None:
             progress("warmup", 1, 1)
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
-                 slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend)
+                 slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
+                 chat_template="models.toml" if chat_template else "gguf")
         return engine
 
     def _run(self) -> None:

@@ -32,7 +32,7 @@ class EngineConfig:
     backend: str = "cpu"
     device: int = 0
     n_gpu_layers: int | None = None  # None: all layers on a GPU backend, none on cpu
-    ctx_size: int = 0  # all slots together; 0: the model's training context
+    ctx_size: int | None = None  # all slots together; 0: the model's training context; None: not given
     parallel: int = 4  # sequence slots decoded together
     batch_size: int = 512  # tokens per llama_decode call (prefill chunks + decode tokens)
     ubatch_size: int = 512

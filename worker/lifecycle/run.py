@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from dataclasses import replace
 
 import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
 from worker.api.progress import LoadingProgress
-from worker.engine import Engine
+from worker.api.schemas import sampling_defaults
+from worker.engine import Engine, SamplingParams
 from worker.engine.backends import require_backend
 from worker.lifecycle.auth import auth_middleware
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
@@ -23,11 +25,19 @@ log = structlog.get_logger(__name__)
 DRAIN_POLL_S = 0.05
 
 
-def _load(settings: Settings, progress: LoadingProgress, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, Engine]:
+def _load(settings: Settings, progress: LoadingProgress,
+          loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, SamplingParams, Engine]:
     progress.report("download", 0, 1)
-    model = resolve_model(settings.model, load_registry())
+    registry = load_registry(*([settings.models_file] if settings.models_file else []))
+    model = resolve_model(settings.model, registry, quant=settings.quant)
     progress.report("download", 1, 1)
-    return model, Engine.load(model.path, settings.engine, loop, progress.report)
+    # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
+    sampling = sampling_defaults(model.defaults.sampling)
+    config = settings.engine
+    if config.ctx_size is None and model.defaults.ctx_size is not None:
+        config = replace(config, ctx_size=model.defaults.ctx_size)
+    engine = Engine.load(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template)
+    return model, sampling, engine
 
 
 class WorkerLife:
@@ -86,13 +96,14 @@ class WorkerLife:
             log.info("stopped_while_loading")
             return False
         try:
-            model, engine = loading.result()
+            model, sampling, engine = loading.result()
         except Exception:
             self.worker.phase = Phase.ERROR
             raise  # a WorkerError ends serve with its one line
         finally:
             self.worker.progress.finish()
-        self.worker.model_id, self.worker.engine, self.worker.phase = model.model_id, engine, Phase.READY
+        self.worker.model_id, self.worker.sampling, self.worker.engine = model.model_id, sampling, engine
+        self.worker.phase = Phase.READY
         log.info("ready", url=self.url, model=model.model_id, path=str(model.path))
         return True
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Union
+from typing import Any, Callable, Union
 
 from worker.errors import WorkerError
 
@@ -15,6 +16,7 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SHIPPED_REGISTRY = Path(__file__).resolve().parent.parent / "models.toml"
+SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 @dataclass(frozen=True)
@@ -32,9 +34,71 @@ class PathSource:
     path: Path
 
 
-Source = Union[PackageSource, PathSource]
+@dataclass(frozen=True)
+class HubSource:
+    """A model repo on the Hugging Face hub: one GGUF (by file or quant), or its SafeTensors folder.
 
-_SOURCE_KINDS: dict[str, type] = {"package": PackageSource, "path": PathSource}
+    `sha256`, when pinned, has one hash per file: one, or one per part of a split GGUF, in order.
+    """
+
+    repo: str
+    file: str | None = None
+    quant: str | None = None
+    revision: str = "main"
+    sha256: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.file and self.quant:
+            raise WorkerError(f"hf:{self.repo}: name a file or a quant, not both")
+        for digest in self.sha256:
+            if not SHA256.fullmatch(digest):
+                raise WorkerError(f"hf:{self.repo}: sha256 {digest!r} is not 64 lowercase hex digits")
+
+    @property
+    def ref(self) -> str:
+        """The `--model` spelling of this source, for messages."""
+        file = f"/{self.file}" if self.file else ""
+        revision = f"@{self.revision}" if self.revision != "main" else ""
+        return f"hf:{self.repo}{file}{revision}"
+
+
+Source = Union[PackageSource, PathSource, HubSource]
+
+
+def _hub_table(table: dict[str, Any], origin: Path) -> dict[str, Any]:
+    sha256 = table.get("sha256", ())
+    table["sha256"] = (sha256,) if isinstance(sha256, str) else tuple(sha256)
+    return table
+
+
+def _path_table(table: dict[str, Any], origin: Path) -> dict[str, Any]:
+    raw = Path(table.pop("path")).expanduser()
+    table["path"] = raw if raw.is_absolute() else origin.parent / raw
+    return table
+
+
+# kind -> (source type, how its TOML table becomes constructor arguments)
+_SOURCE_KINDS: dict[str, tuple[type, Callable[[dict[str, Any], Path], dict[str, Any]]]] = {
+    "package": (PackageSource, lambda table, origin: table),
+    "path": (PathSource, _path_table),
+    "hf": (HubSource, _hub_table),
+}
+
+
+@dataclass(frozen=True)
+class ModelDefaults:
+    """Per-model defaults from models.toml; explicit flags and request fields win over them."""
+
+    ctx_size: int | None = None  # used when --ctx-size is not given
+    chat_template: str | None = None  # a Jinja chat template used instead of the GGUF's own
+    sampling: dict[str, float] = field(default_factory=dict)  # request field -> value, checked like a request's
+
+
+# The sampling fields a model may default: the OpenAI request's, less per-request ones (seed, logit_bias).
+SAMPLING_FIELDS = (
+    "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
+    "presence_penalty", "frequency_penalty",
+)
 
 
 @dataclass(frozen=True)
@@ -42,7 +106,7 @@ class ModelEntry:
     name: str
     source: Source
     description: str = ""
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: ModelDefaults = ModelDefaults()
 
 
 @dataclass(frozen=True)
@@ -57,19 +121,34 @@ class Registry:
 def _parse_source(name: str, table: dict[str, Any], origin: Path) -> Source:
     table = dict(table)
     kind = table.pop("kind", None)
-    source_type = _SOURCE_KINDS.get(kind)
-    if source_type is None:
+    if kind not in _SOURCE_KINDS:
         raise WorkerError(
             f"{origin}: model {name!r} has source kind {kind!r}; "
             f"use one of: {', '.join(_SOURCE_KINDS)}"
         )
-    if source_type is PathSource:
-        raw = Path(table.pop("path")).expanduser()
-        table["path"] = raw if raw.is_absolute() else origin.parent / raw
+    source_type, arguments = _SOURCE_KINDS[kind]
     try:
-        return source_type(**table)
-    except TypeError as exc:
+        return source_type(**arguments(table, origin))
+    except (TypeError, KeyError) as exc:
         raise WorkerError(f"{origin}: model {name!r} has a bad source table: {exc}") from None
+
+
+def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefaults:
+    where = f"{origin}: model {name!r}"
+    unknown = set(table) - {"ctx_size", "chat_template", "sampling"}
+    if unknown:
+        raise WorkerError(f"{where} has unknown keys {sorted(unknown)}; "
+                          "besides source and description an entry takes ctx_size, chat_template, sampling")
+    ctx_size = table.get("ctx_size")
+    if ctx_size is not None and (not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 0):
+        raise WorkerError(f"{where}: ctx_size must be a whole number >= 0, not {ctx_size!r}")
+    template = table.get("chat_template")
+    if template is not None and not (isinstance(template, str) and template.strip()):
+        raise WorkerError(f"{where}: chat_template must be a non-empty Jinja template string")
+    sampling = table.get("sampling", {})
+    if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
+        raise WorkerError(f"{where}: sampling must be a table of {', '.join(SAMPLING_FIELDS)}")
+    return ModelDefaults(ctx_size, template, dict(sampling))
 
 
 def _parse_file(path: Path) -> tuple[str | None, dict[str, ModelEntry]]:
@@ -82,7 +161,7 @@ def _parse_file(path: Path) -> tuple[str | None, dict[str, ModelEntry]]:
         table = dict(table)
         source = _parse_source(name, table.pop("source", {}), path)
         description = table.pop("description", "")
-        entries[name] = ModelEntry(name, source, description, defaults=table)
+        entries[name] = ModelEntry(name, source, description, _parse_defaults(name, table, path))
     return data.get("default"), entries
 
 

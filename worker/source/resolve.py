@@ -1,42 +1,69 @@
-"""Turn a `--model` value into a local GGUF file."""
+"""Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Callable
 
 from worker.errors import WorkerError
+from worker.source.hub import HUB_PREFIX, fetch_hub, parse_hub_ref
 from worker.source.package import fetch_package_file
-from worker.source.registry import ModelEntry, PackageSource, PathSource, Registry
+from worker.source.registry import HubSource, ModelDefaults, PackageSource, PathSource, Registry, Source
 
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    path: Path
+    path: Path  # a GGUF file once resolved; after fetch_model alone, possibly a SafeTensors folder
     model_id: str  # the name clients see in /v1/models and pass as "model"
-    defaults: dict[str, Any] = field(default_factory=dict)
+    defaults: ModelDefaults = field(default_factory=ModelDefaults)
 
 
-def _fetch(entry: ModelEntry) -> Path:
-    source = entry.source
-    if isinstance(source, PackageSource):
-        return fetch_package_file(source)
-    if isinstance(source, PathSource):
-        return source.path
-    raise WorkerError(f"model {entry.name!r}: unsupported source {source!r}")
+_FETCHERS: dict[type, Callable[..., Path]] = {
+    PackageSource: fetch_package_file,
+    PathSource: lambda source: source.path,
+    HubSource: fetch_hub,
+}
 
 
-def resolve_model(value: str | None, registry: Registry) -> ResolvedModel:
-    """A path to a .gguf file, or a registry alias (None means the registry's default)."""
-    name = value or registry.default
+def _entry_or_ref(name: str, registry: Registry, quant: str | None) -> tuple[Source, str, ModelDefaults] | None:
     entry = registry.get(name)
     if entry is not None:
-        return ResolvedModel(_fetch(entry), entry.name, entry.defaults)
+        if quant is not None:
+            raise WorkerError(f"--quant applies to hf:owner/repo models; {name!r} is a models.toml alias "
+                              "(set quant in its source table instead)")
+        return entry.source, entry.name, entry.defaults
+    if name.startswith(HUB_PREFIX):
+        source = parse_hub_ref(name, quant)
+        return source, source.repo, ModelDefaults()
+    return None
+
+
+def fetch_model(value: str | None, registry: Registry, *, quant: str | None = None) -> ResolvedModel:
+    """Download what `value` names, if needed: an alias, hf:owner/repo[/file][@revision], or a local path."""
+    name = value or registry.default
+    named = _entry_or_ref(name, registry, quant)
+    if named is not None:
+        source, model_id, defaults = named
+        return ResolvedModel(_FETCHERS[type(source)](source), model_id, defaults)
+    if quant is not None:
+        raise WorkerError(f"--quant applies to hf:owner/repo models, not to {name!r}")
     path = Path(name).expanduser()
-    if path.is_file():
-        return ResolvedModel(path, path.stem)
+    if path.is_file() or path.is_dir():
+        return ResolvedModel(path, path.stem if path.is_file() else path.name)
     raise WorkerError(
         f"--model {name!r} is neither a file nor a models.toml alias "
-        f"(aliases: {', '.join(sorted(registry.entries))}); pass a .gguf path or an alias"
+        f"(aliases: {', '.join(sorted(registry.entries))}); pass a .gguf path, an alias or hf:owner/repo"
     )
+
+
+def gguf_of_folder(folder: Path) -> Path:
+    """Where a SafeTensors folder (local, or a hub repo's download) becomes a GGUF: the folder path support."""
+    raise WorkerError(f"{folder} is a model folder, not a GGUF file; serving a SafeTensors folder needs its "
+                      "conversion to GGUF, which the folder path support does: pass a .gguf file meanwhile")
+
+
+def resolve_model(value: str | None, registry: Registry, *, quant: str | None = None) -> ResolvedModel:
+    """A local GGUF file for `value` (None: the registry's default), fetched and converted as needed."""
+    model = fetch_model(value, registry, quant=quant)
+    return replace(model, path=gguf_of_folder(model.path)) if model.path.is_dir() else model

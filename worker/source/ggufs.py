@@ -1,0 +1,112 @@
+"""Which GGUF of a repo to serve: split parts grouped, picked by quant, the choices named when ambiguous."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from gguf import LlamaFileType
+
+from worker.errors import WorkerError
+
+# llama.cpp's own split naming (llama_split_path): PREFIX-00001-of-00003.gguf. Given the
+# first part, llama.cpp finds the others beside it by name.
+SPLIT_PART = re.compile(r"(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf")
+
+# Quant labels for messages, from gguf-py's file types (MOSTLY_Q4_K_M -> Q4_K_M); longest
+# first so Q4_K_M wins over Q4_K.
+QUANT_LABELS = sorted(
+    (t.name.split("_", 1)[1] for t in LlamaFileType if t.name.startswith(("MOSTLY_", "ALL_"))),
+    key=len, reverse=True,
+)
+
+# GGUFs that are not a model to serve on their own: vision projectors.
+_NOT_MODELS = re.compile(r"(^|/)mmproj[^/]*$", re.IGNORECASE)
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return "? B"
+    for unit in ("B", "kB", "MB", "GB"):
+        if n < 1000 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    raise AssertionError("unreachable")
+
+
+def _has_token(path: str, token: str) -> bool:
+    """`token` appears in `path` delimited by anything but letters, digits and underscores
+    (so Q4_K does not match Q4_K_M)."""
+    return re.search(rf"(?<![A-Za-z0-9_]){re.escape(token)}(?![A-Za-z0-9_])", path, re.IGNORECASE) is not None
+
+
+@dataclass(frozen=True)
+class GgufChoice:
+    """One servable GGUF: a single file, or every part of a split one, in order."""
+
+    parts: tuple[str, ...]
+    count: int  # parts the names promise; more than len(parts) means some are missing
+    size: int | None
+
+    @property
+    def name(self) -> str:
+        return self.parts[0]
+
+    @property
+    def quant(self) -> str | None:
+        return next((q for q in QUANT_LABELS if _has_token(self.name, q)), None)
+
+    def describe(self) -> str:
+        parts = f", {self.count} parts" if self.count > 1 else ""
+        return f"{self.quant or '?'} ({human_bytes(self.size)}{parts}: {self.name})"
+
+    def matches(self, quant: str) -> bool:
+        return _has_token(self.name, quant)
+
+
+def gguf_choices(files: dict[str, int | None]) -> list[GgufChoice]:
+    """The repo's GGUF models, from its file names and sizes; split parts become one choice."""
+    groups: dict[tuple[str, int], list[str]] = {}
+    for name in sorted(files):
+        if not name.lower().endswith(".gguf") or _NOT_MODELS.search(name):
+            continue
+        split = SPLIT_PART.fullmatch(name)
+        key = (split["prefix"], int(split["count"])) if split else (name, 1)
+        groups.setdefault(key, []).append(name)
+    choices = []
+    for (_, count), parts in groups.items():
+        sizes = [files[p] for p in parts]
+        size = None if None in sizes else sum(sizes)
+        choices.append(GgufChoice(tuple(parts), count, size))
+    return sorted(choices, key=lambda c: (c.size or 0, c.name))  # smallest first, as people pick quants
+
+
+def _listing(choices: list[GgufChoice]) -> str:
+    return "; ".join(c.describe() for c in choices)
+
+
+def pick(choices: list[GgufChoice], ref: str, *, file: str | None, quant: str | None) -> GgufChoice:
+    """The one GGUF that `file` or `quant` names, or the only one; otherwise say what to pick from."""
+    if file is not None:
+        found = [c for c in choices if file in c.parts]
+        if not found:
+            raise WorkerError(f"{ref} has no GGUF file {file}; it has: {_listing(choices) or 'no GGUF files'}")
+        choice = found[0]
+    elif quant is not None:
+        found = [c for c in choices if c.matches(quant)]
+        if not found:
+            raise WorkerError(f"{ref} has no {quant} GGUF; pick a --quant from: {_listing(choices)}")
+        if len(found) > 1:
+            raise WorkerError(f"{ref} has {len(found)} {quant} GGUFs: {_listing(found)}; "
+                              f"name one as hf:OWNER/REPO/FILE")
+        choice = found[0]
+    elif len(choices) == 1:
+        choice = choices[0]
+    else:
+        quants = ", ".join(dict.fromkeys(c.quant or c.name for c in choices))
+        raise WorkerError(f"{ref} has {len(choices)} GGUF models; pick one with --quant ({quants}) "
+                          f"or name the file as hf:OWNER/REPO/FILE: {_listing(choices)}")
+    if len(choice.parts) != choice.count:
+        raise WorkerError(f"{ref}: {choice.name} is one of {choice.count} parts but the repo has "
+                          f"{len(choice.parts)} of them; the upload looks incomplete")
+    return choice
