@@ -11,7 +11,7 @@ from worker.engine import EngineConfig
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None  # path or models.toml alias; None: the registry's default
+    model: str | None  # .gguf path, Hugging Face folder or models.toml alias; None: the registry's default
     model_ref: str | None  # the pool manager's name for the model; default: the served model id
     worker_id: str
     host: str = "127.0.0.1"
@@ -20,6 +20,8 @@ class Settings:
     log_format: str = "console"
     log_level: str = "info"
     engine: EngineConfig = EngineConfig()
+    convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
+    quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
 
 
 def settings_from_flags(flags: dict) -> Settings:
@@ -39,4 +41,6 @@ def settings_from_flags(flags: dict) -> Settings:
         log_format=flags["log_format"] or ("console" if sys.stderr.isatty() else "json"),
         log_level=flags["log_level"],
         engine=EngineConfig(backend=flags["backend"].lower(), **engine_fields),
+        convert_type=flags["convert_type"],
+        quantize=flags["quantize"],
     )

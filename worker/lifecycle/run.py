@@ -15,6 +15,7 @@ from worker.engine.backends import require_backend
 from worker.lifecycle.callbacks import post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry, resolve_model
+from worker.source.convert import Conversion, ProgressReport
 
 log = structlog.get_logger(__name__)
 
@@ -25,7 +26,8 @@ def _bound_port(runner: web.AppRunner) -> int:
 
 
 def _load(settings: Settings, loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, Engine]:
-    model = resolve_model(settings.model, load_registry())
+    conversion = Conversion(settings.convert_type, settings.quantize)
+    model = resolve_model(settings.model, load_registry(), conversion, ProgressReport())
     return model, Engine.load(model.path, settings.engine, loop)
 
 
