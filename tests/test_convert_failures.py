@@ -42,10 +42,17 @@ def _unsupported(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps({**config, "architectures": ["MambaForCausalLM"]}))
 
 
+def _unknown_pre_tokenizer(folder: Path) -> None:
+    tokenizer = json.loads((folder / "tokenizer.json").read_text())
+    tokenizer["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = True  # text now starts with a space
+    (folder / "tokenizer.json").write_text(json.dumps(tokenizer))
+
+
 BROKEN = {
     "no tokenizer": (_no_tokenizer, "has no tokenizer (neither tokenizer.json nor tokenizer.model)"),
     "corrupt header": (_corrupt_header, "corrupt SafeTensors header"),
     "truncated shard": (_truncated_shard, "lies beyond the end of the file"),
+    "unknown pre-tokenizer": (_unknown_pre_tokenizer, "unrecognised BPE pre-tokenizer"),
     "unsupported architecture": (_unsupported, "architecture 'MambaForCausalLM' cannot be converted; supported: "),
 }
 

@@ -44,7 +44,10 @@ class TensorInfo:
         if data.size != count:
             raise WorkerError(f"{self.path}: tensor {self.name} is cut short; the file is truncated: re-download it")
         if self.dtype == "BF16":
-            data = (data.astype(np.uint32) << 16).view(np.float32)
+            wide = data.astype(np.uint32)
+            del data  # widened in place below: one float32 copy at a time, not three
+            wide <<= 16
+            return wide.view(np.float32).reshape(self.shape)
         return data.astype(np.float32, copy=False).reshape(self.shape)
 
 
