@@ -18,7 +18,8 @@ import structlog
 
 from worker.errors import WorkerError
 from worker.source.convert.architectures import (
-    IGNORED_PREFIXES, IGNORED_SUFFIXES, STRIPPED_PREFIXES, Architecture, Context, architecture_for, rope_scaling,
+    IGNORED_PREFIXES, IGNORED_SUFFIXES, STRIPPED_PREFIXES, Architecture, Context, Transform, architecture_for,
+    rope_scaling,
 )
 from worker.source.convert.folder import HfFolder, open_folder
 from worker.source.convert.progress import Progress
@@ -64,7 +65,7 @@ def _hf_name(name: str) -> str | None:
     return name
 
 
-def _loader(info: TensorInfo, transforms, ctx: Context) -> Callable[[], np.ndarray]:
+def _loader(info: TensorInfo, transforms: list[Transform], ctx: Context) -> Callable[[], np.ndarray]:
     def load() -> np.ndarray:
         data = info.read()
         for transform in transforms:
