@@ -11,6 +11,7 @@ import click
 from worker import __version__
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
+from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
 
 
 def _option(*names: str, env: str, **kwargs):
@@ -35,6 +36,16 @@ def _registry(models_file: Path | None):
     return load_registry(*([models_file] if models_file else []))
 
 
+def _convert_type_option(*names: str):
+    return _option(*names, env="CONVERT_TYPE", type=click.Choice(list(OUTPUT_TYPES)), default="f16",
+                   show_default=True, help="GGUF type a Hugging Face folder converts to (1-D tensors stay f32).")
+
+
+def _quantize_option(*names: str):
+    return _option(*names, env="QUANTIZE", type=click.Choice(list(QUANT_TYPES)), default=None,
+                   help="Then quantize the converted file with llama.cpp's quantizer.  [default: no]")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="llm-worker")
 def cli() -> None:
@@ -43,10 +54,12 @@ def cli() -> None:
 
 @cli.command()
 @_option("--model", "-m", env="MODEL", default=None,
-         help="A .gguf file, a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  "
-              "[default: the registry's default model]")
+         help="A .gguf file, a Hugging Face folder (config.json + *.safetensors, converted and cached), "
+              "a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  [default: the registry's default model]")
 @_quant
 @_models_file
+@_convert_type_option("--convert-type")
+@_quantize_option("--quantize")
 @_option("--model-ref", env="MODEL_REF", default=None,
          help="The pool manager's name for the model, echoed in callbacks.  [default: the served model id]")
 @_option("--backend", env="BACKEND", default="cpu", show_default=True,
@@ -140,6 +153,39 @@ def models(models_file: Path | None) -> None:
 
 def _default_log_format() -> str:
     return "console" if sys.stderr.isatty() else "json"
+
+
+@cli.command()
+@click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Also copy the GGUF here.  [default: only the cache; its path is printed]")
+@_convert_type_option("--type", "convert_type")
+@_quantize_option("--quantize")
+@_log_format
+@_log_level
+def convert(src: Path, output: Path | None, convert_type: str, quantize: str | None,
+            log_format: str | None, log_level: str) -> None:
+    """Convert a Hugging Face SafeTensors folder to GGUF (into the cache; `serve` reuses it).
+
+    \b
+    Examples:
+      llm-worker convert ./SmolLM2-135M-Instruct
+      llm-worker convert ./Qwen2.5-0.5B-Instruct --quantize q4_k_m -o qwen-q4_k_m.gguf
+    """
+    import shutil
+
+    from worker.source.cache import atomic_path
+    from worker.source.convert import Conversion, ProgressReport, converted_model, is_hf_folder
+
+    configure_logs(log_format or _default_log_format(), log_level)
+    if not is_hf_folder(src):
+        raise WorkerError(f"{src} has no config.json; pass a Hugging Face model folder")
+    path = converted_model(src, Conversion(convert_type, quantize), ProgressReport())
+    if output is not None:
+        with atomic_path(output) as tmp:
+            shutil.copyfile(path, tmp)
+        path = output
+    click.echo(str(path))
 
 
 def main() -> None:

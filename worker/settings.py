@@ -15,7 +15,7 @@ ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None  # path, models.toml alias or hf:owner/repo...; None: the registry's default
+    model: str | None  # .gguf path, Hugging Face folder, models.toml alias or hf:owner/repo...; None: the registry's default
     model_ref: str | None  # the pool manager's name for the model; default: the served model id
     worker_id: str
     quant: str | None = None  # picks the GGUF of an hf:owner/repo model
@@ -32,6 +32,8 @@ class Settings:
     log_format: str = "console"
     log_level: str = "info"
     engine: EngineConfig = EngineConfig()
+    convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
+    quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
 
 
 def settings_from_flags(flags: dict) -> Settings:
@@ -59,4 +61,6 @@ def settings_from_flags(flags: dict) -> Settings:
         log_format=flags["log_format"] or ("console" if sys.stderr.isatty() else "json"),
         log_level=flags["log_level"],
         engine=EngineConfig(backend=flags["backend"].lower(), **engine_fields),
+        convert_type=flags["convert_type"],
+        quantize=flags["quantize"],
     )

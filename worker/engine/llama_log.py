@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ctypes
 from collections import deque
+from contextlib import contextmanager
+from typing import Callable, Iterator
 
 import llama_cpp
 import structlog
@@ -17,6 +19,7 @@ _CONT = 5
 recent_errors: deque[str] = deque(maxlen=8)
 _partial: list[str] = []
 _level = [0]
+_listeners: list[Callable[[str], None]] = []
 
 
 @llama_cpp.llama_log_callback
@@ -30,6 +33,8 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
     _partial.clear()
     if not line:
         return
+    for listener in _listeners:
+        listener(line)
     method = _LEVELS.get(_level[0], "debug")
     if method == "error":
         recent_errors.append(line)
@@ -47,3 +52,14 @@ def last_error(default: str) -> str:
         if found:
             return why
     return recent_errors[-1] if recent_errors else default
+
+
+@contextmanager
+def listening(listener: Callable[[str], None]) -> Iterator[None]:
+    """Also hand each whole llama.cpp log line to `listener` (e.g. to follow the quantizer's progress)."""
+    install()
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)

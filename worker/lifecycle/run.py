@@ -18,7 +18,9 @@ from worker.engine.backends import require_backend
 from worker.lifecycle.auth import auth_middleware
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
-from worker.source import ResolvedModel, load_registry, resolve_model
+from worker.source import ResolvedModel, load_registry
+from worker.source.resolve import as_gguf, fetch_model
+from worker.source.convert import Conversion, ProgressReport
 
 log = structlog.get_logger(__name__)
 
@@ -29,8 +31,15 @@ def _load(settings: Settings, progress: LoadingProgress,
           loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, SamplingParams, Engine]:
     progress.report("download", 0, 1)
     registry = load_registry(*([settings.models_file] if settings.models_file else []))
-    model = resolve_model(settings.model, registry, quant=settings.quant)
+    log_progress = ProgressReport()
+
+    def report(stage: str, done: int, total: int) -> None:  # the log/terminal bar and the SSE stream
+        log_progress(stage, done, total)
+        progress.report(stage, done, total)
+
+    fetched = fetch_model(settings.model, registry, quant=settings.quant)
     progress.report("download", 1, 1)
+    model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize), report)
     # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
     sampling = sampling_defaults(model.defaults.sampling)
     config = settings.engine

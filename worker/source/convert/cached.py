@@ -1,0 +1,95 @@
+"""Converted models in the user cache: keyed by their inputs, written atomically, one writer at a time.
+
+The key hashes what the conversion reads (config and tokenizer files whole, each weights
+file's header and size), the converter's version and the output type, so an edited folder
+converts again and an unchanged one is reused at once. A file lock (flock) per key makes a
+second worker that asks for the same model wait for the first one's result instead of
+converting it again beside it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterator
+
+import structlog
+
+from worker.source.cache import atomic_path, cache_dir
+from worker.source.convert.folder import input_signature
+from worker.source.convert.progress import Progress
+from worker.source.convert.write import convert_folder
+
+log = structlog.get_logger(__name__)
+
+# Bump when a change to the converter changes its output: old cache entries then stop matching.
+CONVERTER_VERSION = "1"
+
+
+@dataclass(frozen=True)
+class Conversion:
+    out_type: str = "f16"  # one of types.OUTPUT_TYPES
+    quantize: str | None = None  # one of types.QUANT_TYPES, applied to the converted file
+
+
+def converted_dir() -> Path:
+    return cache_dir() / "converted"
+
+
+def _key(*parts: bytes | str) -> str:
+    digest = hashlib.sha256()
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        digest.update(len(data).to_bytes(8, "little") + data)
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(key: str) -> Iterator[None]:
+    lock_path = converted_dir() / ".locks" / f"{key}.lock"
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.info("waiting_for_conversion", lock=str(lock_path), reason="another process is making this file")
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _cached(target: Path, key: str, make: Callable[[Path], None]) -> Path:
+    if target.is_file():  # only finished files are ever renamed into place
+        log.info("converted_cache_hit", path=str(target))
+        return target
+    with _locked(key):
+        if target.is_file():  # made by the process we waited for
+            log.info("converted_cache_hit", path=str(target))
+            return target
+        # Holding the lock, any temp file of this target is a killed writer's: remove it.
+        for stale in target.parent.glob(f".{target.name}.*.part"):
+            stale.unlink(missing_ok=True)
+        with atomic_path(target) as tmp:
+            make(tmp)
+    return target
+
+
+def converted_model(folder: Path, conversion: Conversion = Conversion(), progress: Progress | None = None) -> Path:
+    """The GGUF of a Hugging Face folder, converted (and quantized) once, then served from the cache."""
+    folder = folder.resolve()
+    parts = [p for name, data in input_signature(folder) for p in (name, data)]
+    key = _key(CONVERTER_VERSION, conversion.out_type, *parts)
+    target = converted_dir() / f"{folder.name}-{key[:16]}.{conversion.out_type}.gguf"
+    path = _cached(target, key, lambda tmp: convert_folder(folder, tmp, conversion.out_type, progress))
+    if conversion.quantize is None:
+        return path
+    from worker.engine.quantize import quantize_model  # the one source -> engine call: llama.cpp's quantizer
+
+    qkey = _key(key, conversion.quantize)
+    qtarget = converted_dir() / f"{folder.name}-{qkey[:16]}.{conversion.quantize}.gguf"
+    return _cached(qtarget, qkey, lambda tmp: quantize_model(path, tmp, conversion.quantize, progress))

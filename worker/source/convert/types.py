@@ -1,0 +1,19 @@
+"""The output types a conversion can write, and the ones llama.cpp's quantizer can make from it."""
+
+from __future__ import annotations
+
+from gguf import GGMLQuantizationType, LlamaFileType
+
+# --convert-type: what gguf-py writes for every 2-D weight (1-D tensors and norms stay F32, as
+# llama.cpp's converter keeps them).
+OUTPUT_TYPES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
+    "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
+    "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
+    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
+}
+
+# --quantize: llama_model_quantize's file types (LLAMA_FTYPE_MOSTLY_<NAME>) that need no importance matrix.
+QUANT_TYPES: tuple[str, ...] = (
+    "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l",
+    "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k", "iq4_nl", "iq4_xs",
+)
