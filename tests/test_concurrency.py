@@ -55,12 +55,17 @@ async def test_metrics_are_exposed_and_move(http, base_url):
     for name in ("llm_worker_time_to_first_token_seconds_bucket", "llm_worker_inter_token_latency_seconds_bucket",
                  "llm_worker_request_duration_seconds_bucket", "llm_worker_queue_time_seconds_bucket",
                  "llm_worker_requests_running", "llm_worker_requests_waiting", "llm_worker_slots",
-                 "llm_worker_kv_cache_usage_ratio"):
+                 "llm_worker_kv_cache_usage_ratio", "llm_worker_engine_steps_total",
+                 "llm_worker_engine_step_seconds_total", "llm_worker_engine_decode_seconds_total"):
         assert name in after
     assert value(after, "llm_worker_generated_tokens_total") - value(before, "llm_worker_generated_tokens_total") == 6
     assert value(after, "llm_worker_prompt_tokens_total") - value(before, "llm_worker_prompt_tokens_total") == 1
     assert 'llm_worker_requests_total{finish_reason="length"}' in after
     assert value(after, "llm_worker_slots") == 4
+    steps = value(after, "llm_worker_engine_steps_total") - value(before, "llm_worker_engine_steps_total")
+    assert steps >= 5  # a prefill step, a decode step per further token (the last may still be counting)
+    step_s = value(after, "llm_worker_engine_step_seconds_total")
+    assert 0 < value(after, "llm_worker_engine_decode_seconds_total") < step_s
 
 
 async def test_full_queue_is_503_with_retry_after(http, tmp_path, model_path):

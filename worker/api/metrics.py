@@ -6,7 +6,7 @@ from typing import Callable, Iterator
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from worker.engine import Finished, SchedulerStats
@@ -21,7 +21,7 @@ class _EngineGauges(Collector):
     def __init__(self, stats: Callable[[], SchedulerStats | None]) -> None:
         self._stats = stats
 
-    def collect(self) -> Iterator[GaugeMetricFamily]:
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self._stats()
         if stats is None:  # still loading
             return
@@ -30,6 +30,11 @@ class _EngineGauges(Collector):
         yield GaugeMetricFamily("llm_worker_slots", "Sequence slots (--parallel).", stats.slots)
         yield GaugeMetricFamily("llm_worker_kv_cache_usage_ratio", "KV cells in use / KV cells.",
                                 stats.kv_cells_used / stats.kv_cells_total if stats.kv_cells_total else 0.0)
+        yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode each).", stats.steps)
+        yield CounterMetricFamily("llm_worker_engine_step_seconds", "Engine thread time in steps, idle excluded.",
+                                  stats.step_s)
+        yield CounterMetricFamily("llm_worker_engine_decode_seconds", "Of that, time inside llama_decode.",
+                                  stats.decode_s)
 
 
 class Metrics:

@@ -65,6 +65,10 @@ class SchedulerStats:
     slots: int
     kv_cells_used: int
     kv_cells_total: int
+    # Cumulative, for "where does a step's time go": llama_decode vs everything else on the thread.
+    steps: int = 0
+    step_s: float = 0.0
+    decode_s: float = 0.0
 
 
 class Scheduler:
@@ -79,6 +83,7 @@ class Scheduler:
         self._stopping = False
         self._batch = llama_cpp.llama_batch_init(self.config.batch_size, 0, 1)
         self._kv_cells_used = 0
+        self._steps, self._step_s, self._decode_s = 0, 0.0, 0.0
 
     # -- called from other threads -------------------------------------------------
 
@@ -106,6 +111,9 @@ class Scheduler:
             slots=self.config.parallel,
             kv_cells_used=self._kv_cells_used,
             kv_cells_total=self.model.n_ctx,
+            steps=self._steps,
+            step_s=self._step_s,
+            decode_s=self._decode_s,
         )
 
     # -- the engine thread ---------------------------------------------------------
@@ -125,6 +133,7 @@ class Scheduler:
                 self._cond.wait()
             if self._stopping:
                 return False
+            started = time.perf_counter()
             self._drop_ended(events)
             self._admit()
         outputs = self._fill_batch()
@@ -133,6 +142,8 @@ class Scheduler:
         self._kv_cells_used = self._count_kv_cells()
         if events:
             self._dispatch(events)
+        self._steps += 1
+        self._step_s += time.perf_counter() - started
         return True
 
     def _admit(self) -> None:
@@ -195,7 +206,9 @@ class Scheduler:
         return outputs if n else None
 
     def _decode_and_sample(self, outputs: list[tuple[Sequence, int]], events: list) -> None:
+        started = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, self._batch)
+        self._decode_s += time.perf_counter() - started
         if rc != 0:
             # Nothing of this batch can be trusted; end its sequences, keep serving others.
             message = f"llama_decode failed with status {rc}"
