@@ -75,3 +75,13 @@ async def test_text_parts_content_is_accepted(http, base_url):
 async def test_unknown_route_is_404(http, base_url):
     async with http.get(base_url + "/v1/nothing") as response:
         assert response.status == 404
+
+
+async def test_oversized_prompt_is_refused_before_tokenizing(http, base_url):
+    # 2048 tokens a request: over 32 characters a token cannot fit, whatever the tokenizer says.
+    for route, body in [("/v1/completions", {"prompt": "a" * 70_000}),
+                        (CHAT, {"messages": [{"role": "user", "content": "a" * 40_000}] * 2})]:
+        async with http.post(base_url + route, json=body) as response:
+            assert response.status == 400
+            error = (await response.json())["error"]
+        assert error["code"] == "context_length_exceeded" and "at most 65536 characters" in error["message"]

@@ -13,7 +13,7 @@ from worker.api import sse
 from worker.api.errors import UnknownModel
 from worker.api.generation import engine_request, generating
 from worker.api.problems import parse_json_object
-from worker.api.schemas import Generation, parse_chat, parse_completion
+from worker.api.schemas import Generation, check_prompt_size, parse_chat, parse_completion, prompt_chars
 from worker.api.state import WORKER, WorkerState
 from worker.engine import Finished, FinishReason, TokenEvent
 
@@ -120,6 +120,7 @@ def _generation_route(path: str, parse: Callable, shape: Shape, prompt_tokens: C
         worker = request.app[WORKER]
         engine = worker.require_engine()
         parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling)
+        check_prompt_size(*prompt_chars(parsed), engine.n_ctx_seq)
         model = _model(worker, parsed.model)
         return await _respond(request, worker, shape, model, prompt_tokens(engine, parsed), parsed.generation)
 

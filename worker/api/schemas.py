@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from worker.api.problems import Reader
+from worker.api.problems import InvalidRequest, Problem, Reader
 from worker.engine import SamplingParams
 from worker.errors import WorkerError
 
@@ -141,6 +141,20 @@ def _text_content(r: Reader, index: int, content: Any) -> str | None:
     return None
 
 
+# Checked before tokenizing: no sane text averages more than this many characters a token,
+# so a longer prompt cannot fit and is refused without the work of tokenizing it.
+MAX_CHARS_PER_TOKEN = 32
+
+
+def check_prompt_size(field: str, chars: int, n_ctx_seq: int) -> None:
+    limit = max(32768, MAX_CHARS_PER_TOKEN * n_ctx_seq)
+    if chars > limit:
+        raise InvalidRequest([Problem(field, f"at most {limit} characters",
+                                      f"{field} has {chars} characters; a request holds {n_ctx_seq} tokens, "
+                                      f"so at most {limit} characters are accepted", chars)],
+                             code="context_length_exceeded")
+
+
 def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams()) -> ChatRequest:
     r = Reader(body)
     model = r.string("model")
@@ -159,6 +173,12 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
     generation = _openai_generation(r, n_vocab, defaults)
     r.done()
     return ChatRequest(model, messages, generation)
+
+
+def prompt_chars(request: ChatRequest | CompletionRequest) -> tuple[str, int]:
+    if isinstance(request, ChatRequest):
+        return "messages", sum(len(m["content"]) for m in request.messages)
+    return "prompt", len(request.prompt)
 
 
 def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams()) -> CompletionRequest:
