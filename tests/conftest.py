@@ -44,7 +44,7 @@ class WorkerProcess:
         if self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
             try:
-                self.process.wait(30)
+                self.process.wait(60)  # past the default 30 s drain
             except subprocess.TimeoutExpired:
                 self.process.kill()
         return self.process.wait()

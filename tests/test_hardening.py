@@ -143,7 +143,8 @@ async def test_no_leaks_over_2000_requests(http, worker):
     await burst(1800, 200)
     rss_end, fds_end, threads_end = process_facts(worker.process.pid)
     assert rss_end - rss_200 < RSS_GROWTH_BOUND, (rss_200, rss_end)
-    assert abs(fds_end - fds_200) <= 2 and threads_end == threads_200
+    # Keep-alive sockets come and go, so descriptors may fall; they must not climb.
+    assert fds_end <= fds_200 + 2 and threads_end <= threads_200
 
 
 def test_escaped_lone_surrogate_is_400(fuzz_worker):
