@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import glob
 import json
 import os
 import platform
@@ -686,13 +685,12 @@ def environment(cfg: BenchConfig) -> dict[str, Any]:
 
 
 def find_model(arg: str | None) -> Path:
+    """--model, else the worker's own default model (fetched into its cache if needed)."""
     if arg:
         return Path(arg).resolve()
-    pattern = os.path.expanduser(os.environ.get("BENCH_MODEL_GLOB", "/tmp/lwcache/blobs/*/SmolLM2-135M-Instruct.Q4_1.gguf"))
-    found = sorted(glob.glob(pattern))
-    if not found:
-        sys.exit(f"no model matches {pattern}; pass --model PATH.gguf")
-    return Path(found[0])
+    from worker.source import load_registry, resolve_model
+
+    return resolve_model(None, load_registry()).path
 
 
 def find_llama_server(arg: str | None) -> Path:
@@ -707,7 +705,7 @@ def find_llama_server(arg: str | None) -> Path:
 
 def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="GGUF file (default: the SmolLM2-135M test model in /tmp/lwcache)")
+    p.add_argument("--model", help="GGUF file (default: llm-worker's default model, SmolLM2-135M Q4_1)")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated subset of {','.join(SERVERS)}")
     p.add_argument("--quick", action="store_true", help="128-token prompts, 1 and 8 clients, 8 s windows: under 3 minutes on 2 cores")
     p.add_argument("--concurrency", help="comma-separated client counts (default 1,4,8,16)")
