@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 from worker.engine.backends import ASSISTING_BACKENDS, BuildInfo
+from worker.presets import load_presets
 
 GIB = 1024 ** 3
 
@@ -32,6 +33,7 @@ def render(info: BuildInfo) -> str:
         memory = f"{device.memory_free / GIB:.1f} of {device.memory_total / GIB:.1f} GiB free" if device.memory_total else ""
         lines.append(f"  {device.backend}:{device.name}  {device.kind}  {device.description}  {memory}".rstrip())
     lines.append(f"cpu features: {info.system_info.removeprefix('CPU : ').rstrip(' |')}")
+    lines.append(f"other builds: llm-worker build-backend PRESET... ({', '.join(load_presets())})")
     return "\n".join(lines)
 
 
