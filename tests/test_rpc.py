@@ -5,7 +5,9 @@ minutes on 2 cores, cached after) and points llama-cpp-python at those libraries
 LLAMA_CPP_LIB_PATH, so the worker and the servers run the same RPC build.
 """
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,8 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 @pytest.fixture(scope="module")
 def rpc_build() -> Path:
     out = subprocess.run([str(REPO / "scripts" / "build-llama-cpp"), "rpc", "llama", "ggml-rpc-server"],
-                         stdout=subprocess.PIPE, text=True, check=True, timeout=3600)
+                         stdout=subprocess.PIPE, text=True, check=True, timeout=3600,
+                         env={**os.environ, "PYTHON": sys.executable})
     return Path(out.stdout.strip().splitlines()[-1])
 
 
