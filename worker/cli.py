@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -185,17 +186,15 @@ def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | Non
       llm-worker build-backend cpu rpc
       CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=89 llm-worker build-backend cuda
     """
-    import os
-
     from worker import build_backend as builder
     from worker.presets import variant
 
-    chosen = variant(presets)
+    chosen, extra = variant(presets), os.environ.get("CMAKE_ARGS", "")
     if dry_run:
-        click.echo(builder.pip_build(chosen, extra_cmake_args=os.environ.get("CMAKE_ARGS", "")).shell())
+        click.echo(builder.pip_build(chosen, extra_cmake_args=extra).shell())
         return
     configure_logs(log_format or _default_log_format(), log_level)
-    builder.build(chosen, extra_cmake_args=os.environ.get("CMAKE_ARGS", ""))
+    builder.build(chosen, extra_cmake_args=extra)
 
 
 def _default_log_format() -> str:
