@@ -1,12 +1,13 @@
 # Two commands do everything on a fresh machine:
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
-#   make test    venv, install, fetch the test model, run every test
+#   make test    venv, install, fetch the test model, run every test but the slow ones
+#   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test install
+.PHONY: serve test test-slow install
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -22,3 +23,6 @@ serve: install
 
 test: install
 	$(BIN)/python -m pytest -q
+
+test-slow: install
+	$(BIN)/python -m pytest -q -m slow

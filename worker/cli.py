@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from pathlib import Path
 
@@ -28,6 +29,18 @@ _log_format = _option("--log-format", env="LOG_FORMAT", type=click.Choice(["cons
                       help="Log lines for people or for machines.  [default: console on a terminal, else json]")
 _log_level = _option("--log-level", env="LOG_LEVEL", type=click.Choice(["debug", "info", "warning", "error"]),
                      default="info", show_default=True, help="Least severe log level shown.")
+
+
+def _endpoints(_ctx: click.Context, _param: click.Parameter, value: str | None) -> tuple[str, ...]:
+    """host:port[,host:port...]; whether each answers is checked at startup."""
+    if not value:
+        return ()
+    endpoints = tuple(part.strip() for part in value.split(","))
+    for endpoint in endpoints:
+        host, colon, port = endpoint.rpartition(":")
+        if not (colon and host and port.isdigit() and 0 < int(port) < 65536):
+            raise click.BadParameter(f"{endpoint!r} is not host:port")
+    return endpoints
 
 
 def _registry(models_file: Path | None):
@@ -67,7 +80,10 @@ def cli() -> None:
 @_option("--device", env="DEVICE", type=click.IntRange(min=0), default=0, show_default=True,
          help="GPU ordinal within the backend.")
 @_option("--n-gpu-layers", "-ngl", env="N_GPU_LAYERS", type=click.IntRange(min=-1), default=None,
-         help="Layers to offload (-1: all).  [default: all on a GPU backend, 0 on cpu]")
+         help="Layers to offload (-1: all).  [default: all on a GPU backend or with --rpc, else 0]")
+@_option("--rpc", "rpc_servers", env="RPC", default=None, callback=_endpoints, metavar="HOST:PORT[,HOST:PORT]",
+         help="ggml-rpc-server processes that take layers too (llama.cpp's distributed backend; "
+              "needs a build with the rpc preset).")
 @_option("--host", env="HOST", default="127.0.0.1", show_default=True, help="Listen address.")
 @_option("--port", "-p", env="PORT", type=click.IntRange(0, 65535), default=8080, show_default=True,
          help="Listen port (0: pick a free one, reported in the log and the callback).")
@@ -109,6 +125,7 @@ def serve(**flags) -> None:
       llm-worker serve --model q4.gguf --port 9000
       llm-worker serve --model q4.gguf --backend cuda --device 1
       llm-worker serve --model hf:owner/repo --quant Q4_K_M
+      llm-worker serve --model big.gguf --rpc 10.0.0.2:50052,10.0.0.3:50052
     """
     from worker.lifecycle.run import serve as run_serve  # imports llama_cpp: keep --help fast
     from worker.settings import settings_from_flags
@@ -149,6 +166,48 @@ def models(models_file: Path | None) -> None:
     from worker.source.listing import render
 
     click.echo(render(_registry(models_file)))
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
+def backends(as_json: bool) -> None:
+    """What the installed llama.cpp build supports: GPU offload, BLAS, RPC, backends and devices."""
+    from worker import backends_report
+    from worker.engine.backends import build_info
+
+    info = build_info()
+    click.echo(backends_report.as_json(info) if as_json else backends_report.render(info))
+
+
+@cli.command("build-backend")
+@click.argument("presets", nargs=-1, required=True)
+@click.option("--dry-run", is_flag=True, help="Print the pip command instead of running it.")
+@_log_format
+@_log_level
+def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | None, log_level: str) -> None:
+    """Recompile llama-cpp-python for PRESETS from CMakePresets.json, into this Python.
+
+    Presets: cpu, cpu-native, openblas, cuda, metal, vulkan, and rpc, which adds to
+    the ones before it. It reinstalls llama-cpp-python from source with the presets'
+    flags in CMAKE_ARGS (yours appended: they win), bypassing pip's wheel cache, which
+    would otherwise hand back a wheel built with other flags. Minutes on a CPU;
+    CMAKE_BUILD_PARALLEL_LEVEL sets the compile jobs.
+
+    \b
+    Examples:
+      llm-worker build-backend cuda
+      llm-worker build-backend cpu rpc
+      CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=89 llm-worker build-backend cuda
+    """
+    from worker import build_backend as builder
+    from worker.presets import variant
+
+    chosen, extra = variant(presets), os.environ.get("CMAKE_ARGS", "")
+    if dry_run:
+        click.echo(builder.pip_build(chosen, extra_cmake_args=extra).shell())
+        return
+    configure_logs(log_format or _default_log_format(), log_level)
+    builder.build(chosen, extra_cmake_args=extra)
 
 
 def _default_log_format() -> str:

@@ -39,7 +39,7 @@ class Settings:
 def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
-        "device", "n_gpu_layers", "ctx_size", "parallel", "batch_size", "ubatch_size", "max_queue",
+        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "ubatch_size", "max_queue",
     )}
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]

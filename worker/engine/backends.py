@@ -17,9 +17,16 @@ from worker.errors import WorkerError
 
 _DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 
+# Compiled backends that --backend does not name: they help the others rather than hold a model.
+ASSISTING_BACKENDS = {
+    "blas": "BLAS matrix products for the cpu backend's prompt processing",
+    "rpc": "remote devices on ggml-rpc-server processes, added with serve --rpc",
+}
+
 
 @dataclass(frozen=True)
 class Device:
+    index: int  # in ggml's global device list
     name: str
     description: str
     kind: str  # cpu | gpu | igpu | accel
@@ -30,17 +37,29 @@ class Device:
 
 @dataclass(frozen=True)
 class BuildInfo:
-    backends: tuple[str, ...]  # what --backend accepts
+    version: str  # llama-cpp-python's
+    library_path: str  # where libllama and libggml were loaded from
+    backends: tuple[str, ...]  # every compiled ggml backend
     devices: tuple[Device, ...]
     gpu_offload: bool
+    rpc: bool
     system_info: str
+
+    @property
+    def servable(self) -> tuple[str, ...]:
+        """What --backend accepts."""
+        return tuple(b for b in self.backends if b not in ASSISTING_BACKENDS)
+
+    @property
+    def blas(self) -> bool:
+        return "blas" in self.backends
 
     def devices_of(self, backend: str) -> list[Device]:
         return [d for d in self.devices if d.backend == backend]
 
 
 @functools.cache
-def _ggml() -> ctypes.CDLL:
+def ggml() -> ctypes.CDLL:
     lib = load_shared_library("ggml", llama_cpp.llama_cpp._base_path)
     p = ctypes.c_void_p
     signatures = {
@@ -54,6 +73,11 @@ def _ggml() -> ctypes.CDLL:
         "ggml_backend_dev_type": ([p], ctypes.c_int),
         "ggml_backend_dev_backend_reg": ([p], p),
         "ggml_backend_dev_memory": ([p, ctypes.POINTER(ctypes.c_size_t), ctypes.POINTER(ctypes.c_size_t)], None),
+        "ggml_backend_reg_by_name": ([ctypes.c_char_p], p),
+        "ggml_backend_reg_get_proc_address": ([p, ctypes.c_char_p], p),
+        "ggml_backend_register": ([p], None),
+        "ggml_backend_reg_dev_count": ([p], ctypes.c_size_t),
+        "ggml_backend_reg_dev_get": ([p, ctypes.c_size_t], p),
     }
     for name, (argtypes, restype) in signatures.items():
         fn = getattr(lib, name)
@@ -67,6 +91,7 @@ def _device(lib: ctypes.CDLL, index: int) -> Device:
     lib.ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(total))
     reg = lib.ggml_backend_dev_backend_reg(dev)
     return Device(
+        index=index,
         name=lib.ggml_backend_dev_name(dev).decode(),
         description=lib.ggml_backend_dev_description(dev).decode(),
         kind=_DEVICE_TYPES.get(lib.ggml_backend_dev_type(dev), "other"),
@@ -79,16 +104,19 @@ def _device(lib: ctypes.CDLL, index: int) -> Device:
 @functools.cache
 def build_info() -> BuildInfo:
     llama_cpp.llama_backend_init()
-    lib = _ggml()
+    lib = ggml()
     backends = tuple(
         lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)).decode().lower()
         for i in range(lib.ggml_backend_reg_count())
     )
     devices = tuple(_device(lib, i) for i in range(lib.ggml_backend_dev_count()))
     return BuildInfo(
+        version=llama_cpp.__version__,
+        library_path=str(llama_cpp.llama_cpp._base_path),
         backends=backends,
         devices=devices,
         gpu_offload=bool(llama_cpp.llama_supports_gpu_offload()),
+        rpc=bool(llama_cpp.llama_supports_rpc()),
         system_info=llama_cpp.llama_print_system_info().decode(errors="replace").strip(),
     )
 
@@ -96,10 +124,10 @@ def build_info() -> BuildInfo:
 def require_backend(backend: str, device: int) -> Device | None:
     """The device `--backend/--device` names, or a WorkerError naming what the build has."""
     info = build_info()
-    if backend not in info.backends:
+    if backend not in info.servable:
         raise WorkerError(
-            f"backend {backend!r} is not in this llama.cpp build (it has: {', '.join(info.backends)}); "
-            f"pick one of those or reinstall llama-cpp-python built for {backend}"
+            f"backend {backend!r} is not in this llama.cpp build (it has: {', '.join(info.servable)}); "
+            f"pick one of those or rebuild llama-cpp-python for it: llm-worker build-backend {backend}"
         )
     if backend == "cpu":
         return None

@@ -12,7 +12,8 @@ import llama_cpp
 import structlog
 
 from worker.engine import llama_log
-from worker.engine.backends import require_backend
+from worker.engine.backends import Device, ggml, require_backend
+from worker.engine.rpc import rpc_devices
 from worker.errors import WorkerError
 
 log = structlog.get_logger(__name__)
@@ -31,7 +32,8 @@ def default_threads() -> int:
 class EngineConfig:
     backend: str = "cpu"
     device: int = 0
-    n_gpu_layers: int | None = None  # None: all layers on a GPU backend, none on cpu
+    n_gpu_layers: int | None = None  # None: all layers on a GPU backend or rpc servers, none on cpu alone
+    rpc_servers: tuple[str, ...] = ()  # host:port of ggml-rpc-server processes that take layers too
     ctx_size: int | None = None  # all slots together; 0: the model's training context; None: not given
     parallel: int = 4  # sequence slots decoded together
     batch_size: int = 512  # tokens per llama_decode call (prefill chunks + decode tokens)
@@ -58,10 +60,10 @@ class LlamaModel:
     def __init__(self, path: Path, config: EngineConfig, progress: ProgressFn | None = None) -> None:
         llama_log.install()
         _check_file(path)
-        require_backend(config.backend, config.device)
+        device = require_backend(config.backend, config.device)
         self.path = path
         self.config = config
-        self.model = self._load_model(path, config, progress)
+        self.model = self._load_model(path, config, device, progress)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
@@ -75,15 +77,24 @@ class LlamaModel:
         self._piece_buf = ctypes.create_string_buffer(256)
 
     @staticmethod
-    def _load_model(path: Path, config: EngineConfig, progress: ProgressFn | None) -> llama_cpp.llama_model_p:
+    def _load_model(path: Path, config: EngineConfig, device: Device | None,
+                    progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
         if progress is not None:
             # llama.cpp reports a fraction; the params struct keeps the callback alive for the load.
             params.progress_callback = llama_cpp.llama_progress_callback(
                 lambda fraction, _data: progress("load", round(fraction * 100), 100) or True)
-        gpu = config.backend != "cpu"
-        params.n_gpu_layers = (-1 if gpu else 0) if config.n_gpu_layers is None else config.n_gpu_layers
-        if gpu:
+        offload = device is not None or bool(config.rpc_servers)
+        params.n_gpu_layers = (-1 if offload else 0) if config.n_gpu_layers is None else config.n_gpu_layers
+        if config.rpc_servers:
+            # This machine's device (none for cpu: it keeps what is not offloaded) and the
+            # remote ones, NULL-terminated; the loader splits the layers by free memory.
+            local = [ggml().ggml_backend_dev_get(device.index)] if device else []
+            remote = rpc_devices(config.rpc_servers)
+            devices = (ctypes.c_void_p * (len(local) + len(remote) + 1))(*local, *remote, None)
+            params.devices = ctypes.cast(devices, ctypes.c_void_p)
+            params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_LAYER
+        elif device is not None:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
             params.main_gpu = config.device
         llama_log.recent_errors.clear()

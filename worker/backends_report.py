@@ -1,0 +1,43 @@
+"""`llm-worker backends`: what the installed llama.cpp build can run on, for people or machines."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from worker.engine.backends import ASSISTING_BACKENDS, BuildInfo
+from worker.presets import load_presets
+
+GIB = 1024 ** 3
+
+
+def _yes_no(flag: bool, yes: str, no: str) -> str:
+    return f"yes ({yes})" if flag else f"no ({no})"
+
+
+def render(info: BuildInfo) -> str:
+    rows = [
+        ("llama.cpp", f"llama-cpp-python {info.version}, libraries in {info.library_path}"),
+        ("gpu offload", _yes_no(info.gpu_offload, "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
+                                "layers stay on the CPU; rebuild with a GPU preset to offload")),
+        ("blas", _yes_no(info.blas, ASSISTING_BACKENDS["blas"], "rebuild with the openblas preset to add it")),
+        ("rpc", _yes_no(info.rpc, "serve --rpc host:port[,host:port] spreads layers over ggml-rpc-server hosts",
+                        "rebuild with the rpc preset to add it")),
+        ("backends", ", ".join(info.backends)),
+        ("--backend", ", ".join(info.servable)),
+    ]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    lines.append("devices:")
+    for device in info.devices:
+        memory = f"{device.memory_free / GIB:.1f} of {device.memory_total / GIB:.1f} GiB free" if device.memory_total else ""
+        lines.append(f"  {device.backend}:{device.name}  {device.kind}  {device.description}  {memory}".rstrip())
+    lines.append(f"cpu features: {info.system_info.removeprefix('CPU : ').rstrip(' |')}")
+    lines.append(f"other builds: llm-worker build-backend PRESET... ({', '.join(load_presets())})")
+    return "\n".join(lines)
+
+
+def as_json(info: BuildInfo) -> str:
+    data = dataclasses.asdict(info)
+    data.update(servable=list(info.servable), blas=info.blas)
+    return json.dumps(data, indent=2)
