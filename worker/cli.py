@@ -92,10 +92,23 @@ def cli() -> None:
               "Each request gets ctx-size / parallel.  [default: the models.toml entry's ctx_size, else 0]")
 @_option("--parallel", "-np", env="PARALLEL", type=click.IntRange(min=1, max=256), default=4, show_default=True,
          help="Sequence slots decoded together (continuous batching).")
-@_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=1), default=512, show_default=True,
-         help="Most tokens in one llama_decode call (decode tokens + prefill chunks).")
-@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=1), default=512, show_default=True,
-         help="Physical micro-batch size.")
+@_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
+         help="Most prompt tokens prefilled in one engine step (in chunks of 64 positions).")
+@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
+         help="Physical micro-batch size; a prefill chunk never exceeds it.")
+@_option("--prefix-cache", env="PREFIX_CACHE", type=click.Choice(["exact", "fast", "off"]), default="exact",
+         show_default=True,
+         help="Reuse KV cells a new prompt shares with a finished request's. exact: only cells that are bitwise "
+              "what a fresh prefill makes, so greedy text never changes; fast: every matching cell, as "
+              "llama-server does (text may change); off: prefill every prompt whole.")
+@_option("--cache-type-k", env="CACHE_TYPE_K", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16",
+         show_default=True, help="KV cache type for K.")
+@_option("--cache-type-v", env="CACHE_TYPE_V", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16",
+         show_default=True, help="KV cache type for V (quantized V needs --flash-attn on, so --prefix-cache fast or off).")
+@_option("--flash-attn", "-fa", env="FLASH_ATTN", type=click.Choice(["auto", "on", "off"]), default="auto",
+         show_default=True,
+         help="llama.cpp's flash attention.  auto: off on cpu and with --prefix-cache exact (its CPU kernels "
+              "follow the batch shape), llama.cpp's choice elsewhere.")
 @_option("--threads", "-t", env="THREADS", type=click.IntRange(min=1), default=None,
          help="CPU threads for llama.cpp.  [default: the cores this process may use]")
 @_option("--max-queue", env="MAX_QUEUE", type=click.IntRange(min=0), default=64, show_default=True,

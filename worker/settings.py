@@ -8,7 +8,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.engine import EngineConfig
+from worker.engine import CacheMode, EngineConfig
+from worker.errors import WorkerError
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
@@ -36,11 +37,27 @@ class Settings:
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
 
 
+def _check_exact_mode(engine: dict) -> None:
+    """Exact mode needs attention whose numerics do not depend on the batch (see engine/prefix_cache.py)."""
+    if engine["prefix_cache"] is not CacheMode.EXACT:
+        return
+    if engine["flash_attn"] == "on":
+        raise WorkerError("--prefix-cache exact needs --flash-attn off or auto: llama.cpp's flash attention picks "
+                          "its kernel by batch shape, so text would depend on the load; use --prefix-cache fast "
+                          "or off to run with flash attention")
+    if engine["cache_type_v"] != "f16":
+        raise WorkerError(f"--cache-type-v {engine['cache_type_v']} needs flash attention, which "
+                          "--prefix-cache exact turns off; use --prefix-cache fast or off and --flash-attn on")
+
+
 def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
         "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "ubatch_size", "max_queue",
+        "cache_type_k", "cache_type_v", "flash_attn",
     )}
+    engine_fields["prefix_cache"] = CacheMode(flags["prefix_cache"])
+    _check_exact_mode(engine_fields)
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]
     return Settings(

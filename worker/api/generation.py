@@ -58,6 +58,7 @@ def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
         "request_done",
         finish_reason=finished.reason.value,
         prompt_tokens=finished.prompt_tokens,
+        cached_tokens=finished.cached_tokens,
         completion_tokens=finished.completion_tokens,
         queue_ms=round(finished.queue_s * 1e3, 1),
         ttft_ms=round(finished.ttft_s * 1e3, 1),

@@ -16,7 +16,7 @@ _TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075
 
 
 class _EngineGauges(Collector):
-    """Read the engine's state at scrape time instead of mirroring it on every step."""
+    """Read the engine's state at scrape time: the engine keeps only its own counters, nothing for metrics."""
 
     def __init__(self, stats: Callable[[], SchedulerStats | None]) -> None:
         self._stats = stats
@@ -30,7 +30,10 @@ class _EngineGauges(Collector):
         yield GaugeMetricFamily("llm_worker_slots", "Sequence slots (--parallel).", stats.slots)
         yield GaugeMetricFamily("llm_worker_kv_cache_usage_ratio", "KV cells in use / KV cells.",
                                 stats.kv_cells_used / stats.kv_cells_total if stats.kv_cells_total else 0.0)
-        yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode each).", stats.steps)
+        yield GaugeMetricFamily("llm_worker_kv_cache_cached_ratio",
+                                "KV cells kept in free slots for the prefix cache / KV cells.",
+                                stats.kv_cells_cached / stats.kv_cells_total if stats.kv_cells_total else 0.0)
+        yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode for the decode rows, one per prefill chunk).", stats.steps)
         yield CounterMetricFamily("llm_worker_engine_step_seconds", "Engine thread time in steps, idle excluded.",
                                   stats.step_s)
         yield CounterMetricFamily("llm_worker_engine_decode_seconds", "Of that, time inside llama_decode.",
@@ -51,6 +54,8 @@ class Metrics:
         self.queue = Histogram("llm_worker_queue_time_seconds", "Arrival to admission into a slot.",
                                buckets=_LATENCY_BUCKETS, registry=r)
         self.prompt_tokens = Counter("llm_worker_prompt_tokens", "Prompt tokens of finished requests.", registry=r)
+        self.prompt_tokens_cached = Counter("llm_worker_prompt_tokens_cached",
+                                            "Of those, tokens whose KV the prefix cache supplied.", registry=r)
         self.generated_tokens = Counter("llm_worker_generated_tokens", "Tokens generated.", registry=r)
         self.requests = Counter("llm_worker_requests", "Finished requests by finish reason.",
                                 ["finish_reason"], registry=r)
@@ -63,6 +68,7 @@ class Metrics:
             return
         self.requests.labels(finished.reason.value).inc()
         self.prompt_tokens.inc(finished.prompt_tokens)
+        self.prompt_tokens_cached.inc(finished.cached_tokens)
         self.generated_tokens.inc(finished.completion_tokens)
         self.queue.observe(finished.queue_s)
         if finished.completion_tokens:

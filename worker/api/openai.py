@@ -61,11 +61,12 @@ COMPLETION = Shape(
 )
 
 
-def _usage(finished: Finished) -> dict[str, int]:
+def _usage(finished: Finished) -> dict[str, Any]:
     return {
         "prompt_tokens": finished.prompt_tokens,
         "completion_tokens": finished.completion_tokens,
         "total_tokens": finished.prompt_tokens + finished.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
     }
 
 

@@ -5,10 +5,11 @@ from worker.engine.engine import ContextLengthExceeded, EmptyPrompt, Engine
 from worker.engine.handle import RequestHandle
 from worker.engine.model import EngineConfig
 from worker.engine.requests import Event, Finished, FinishReason, Request, SamplingParams, TokenEvent
-from worker.engine.scheduler import QueueFull, SchedulerStats
+from worker.engine.loop import QueueFull, SchedulerStats
+from worker.engine.prefix_cache import CacheMode
 
 __all__ = [
-    "ChatTemplateError", "ContextLengthExceeded", "EmptyPrompt", "Engine", "EngineConfig", "Event",
+    "CacheMode", "ChatTemplateError", "ContextLengthExceeded", "EmptyPrompt", "Engine", "EngineConfig", "Event",
     "Finished", "FinishReason", "NoChatTemplate", "QueueFull", "Request", "RequestHandle",
     "SamplingParams", "SchedulerStats", "TokenEvent",
 ]

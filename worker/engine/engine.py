@@ -12,8 +12,10 @@ import structlog
 from worker.engine.chat import ChatTemplate
 from worker.engine.handle import RequestHandle
 from worker.engine.model import EngineConfig, LlamaModel, ProgressFn
-from worker.engine.requests import Event, Request
-from worker.engine.scheduler import QueueFull, Scheduler, SchedulerStats, Sequence
+from worker.engine.loop import EngineLoop, SchedulerStats
+from worker.engine.requests import Request
+from worker.engine.runner import Events
+from worker.engine.sequence import Sequence
 
 log = structlog.get_logger(__name__)
 
@@ -40,7 +42,7 @@ class Engine:
         self.model = model
         self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text, eos_text=model.eos_text)
         self._loop = loop
-        self._scheduler = Scheduler(model, self._post)
+        self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
         self._warm = threading.Event()
         self._warm_up_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="llm-engine", daemon=True)
@@ -66,7 +68,8 @@ class Engine:
             progress("warmup", 1, 1)
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
-                 chat_template="models.toml" if chat_template else "gguf")
+                 chat_template="models.toml" if chat_template else "gguf", prefix_cache=config.prefix_cache.value,
+                 flash_attn=model.flash_attn, cache_type_k=config.cache_type_k, cache_type_v=config.cache_type_v)
         return engine
 
     def _run(self) -> None:
@@ -80,7 +83,7 @@ class Engine:
             return
         finally:
             self._warm.set()
-        self._scheduler.run()
+        self._steps.run()
 
     @property
     def n_ctx_seq(self) -> int:
@@ -105,38 +108,36 @@ class Engine:
         return self.model.tokenize(prompt, add_special=add_bos)
 
     def submit(self, request: Request) -> RequestHandle:
-        """Queue a request; raises ContextLengthExceeded, EmptyPrompt or QueueFull up front."""
+        """Queue a request; raises ContextLengthExceeded, EmptyPrompt or loop.QueueFull up front."""
         n_prompt = len(request.prompt_tokens)
         if n_prompt == 0:
             raise EmptyPrompt("the prompt is empty after tokenization")
         if n_prompt + request.max_tokens > self.n_ctx_seq:
             raise ContextLengthExceeded(n_prompt, request.max_tokens, self.n_ctx_seq)
         sequence = Sequence(request)
-        handle = RequestHandle(sequence, self._scheduler.cancel)
+        handle = RequestHandle(sequence, self._steps.cancel)
         sequence.handle = handle
-        self._scheduler.add(sequence)
+        self._steps.add(sequence)
         return handle
 
     def stats(self) -> SchedulerStats:
-        return self._scheduler.stats()
+        return self._steps.stats()
 
-    def _post(self, events: list[tuple[Sequence, Event]]) -> None:
+    def _post(self, events: Events) -> None:
         """Engine thread -> event loop: one wake-up per step, however many events."""
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(self._deliver, events)
 
     @staticmethod
-    def _deliver(events: list[tuple[Sequence, Event]]) -> None:
+    def _deliver(events: Events) -> None:
         for sequence, event in events:
             sequence.handle.push(event)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop the engine thread; every open request ends with a CANCELLED Finished."""
-        self._scheduler.stop()
+        self._steps.stop()
         if self._thread.is_alive():
             self._thread.join(timeout)
         if not self._thread.is_alive():  # never free the context under a running decode
             self.model.close()
 
-
-__all__ = ["ContextLengthExceeded", "EmptyPrompt", "Engine", "EngineConfig", "QueueFull"]

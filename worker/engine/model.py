@@ -13,6 +13,7 @@ import structlog
 
 from worker.engine import llama_log
 from worker.engine.backends import Device, ggml, require_backend
+from worker.engine.prefix_cache import CacheMode
 from worker.engine.rpc import rpc_devices
 from worker.errors import WorkerError
 
@@ -40,6 +41,18 @@ class EngineConfig:
     ubatch_size: int = 512
     threads: int = default_threads()
     max_queue: int = 64
+    prefix_cache: CacheMode = CacheMode.EXACT
+    cache_type_k: str = "f16"  # KV cell types: one of KV_CACHE_TYPES
+    cache_type_v: str = "f16"
+    flash_attn: str = "auto"  # one of FLASH_ATTN
+
+
+KV_CACHE_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+FLASH_ATTN = {
+    "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
+    "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
+    "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+}
 
 
 def _check_file(path: Path) -> None:
@@ -74,6 +87,7 @@ class LlamaModel:
         self.size_bytes = llama_cpp.llama_model_size(self.model)
         self.add_bos = llama_cpp.llama_vocab_get_add_bos(self.vocab)
         self._pieces: dict[int, bytes] = {}
+        self._eog: dict[int, bool] = {}
         self._piece_buf = ctypes.create_string_buffer(256)
 
     @staticmethod
@@ -107,6 +121,16 @@ class LlamaModel:
             )
         return model
 
+    @property
+    def flash_attn(self) -> str:
+        """on, off, or auto (llama.cpp decides). auto is off on cpu and in exact mode: llama.cpp's CPU flash
+        attention picks its kernel by batch shape (tiled from 64 query rows, split over the KV cells for one
+        stream's lone row), so its numerics follow the load; without it every prefix-cache mode computes alike."""
+        config = self.config
+        if config.flash_attn == "auto" and (config.backend == "cpu" or config.prefix_cache is CacheMode.EXACT):
+            return "off"
+        return config.flash_attn
+
     def _new_context(self, config: EngineConfig) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = config.ctx_size or self.n_ctx_train
@@ -118,10 +142,18 @@ class LlamaModel:
         # (measured: a unified cache made 2 of 4 concurrent greedy streams drift).
         params.kv_unified = False
         params.no_perf = True
+        params.type_k = KV_CACHE_TYPES[config.cache_type_k]
+        params.type_v = KV_CACHE_TYPES[config.cache_type_v]
+        params.flash_attn_type = FLASH_ATTN[self.flash_attn]
+        llama_log.recent_errors.clear()
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         if not ctx:
             reason = llama_log.last_error("llama.cpp could not create a context")
-            raise WorkerError(f"cannot create a context of {params.n_ctx} tokens: {reason}; try a smaller --ctx-size")
+            raise WorkerError(
+                f"cannot create a context of {params.n_ctx} tokens with K cache {config.cache_type_k}, "
+                f"V cache {config.cache_type_v}, flash attention {self.flash_attn}: {reason}; "
+                "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn"
+            )
         return ctx
 
     def warm_up(self) -> None:
@@ -174,7 +206,10 @@ class LlamaModel:
         return self.token_text(llama_cpp.llama_vocab_eos(self.vocab))
 
     def is_eog(self, token: int) -> bool:
-        return llama_cpp.llama_vocab_is_eog(self.vocab, token)
+        known = self._eog.get(token)
+        if known is None:
+            known = self._eog[token] = llama_cpp.llama_vocab_is_eog(self.vocab, token)
+        return known
 
     def chat_template(self) -> str | None:
         raw = llama_cpp.llama_model_chat_template(self.model, None)

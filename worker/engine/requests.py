@@ -61,6 +61,7 @@ class Finished:
     reason: FinishReason
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # prompt tokens whose KV came from the prefix cache, not prefilled
     stop_sequence: str | None = None
     message: str = ""  # why, for CANCELLED, TIMEOUT and ERROR
     queue_s: float = 0.0  # submit -> admitted to a slot

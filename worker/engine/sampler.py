@@ -22,7 +22,8 @@ def native_seed(seed: int | None) -> int:
     return random.randrange(_SEED_SPACE) if seed is None else seed % _SEED_SPACE
 
 
-def build_chain(params: SamplingParams, n_vocab: int) -> llama_cpp.llama_sampler_p:
+def build_chain(params: SamplingParams, n_vocab: int) -> tuple[llama_cpp.llama_sampler_p, bool]:
+    """The chain, and whether it has a penalty stage (which must first see the prompt)."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = lambda stage: llama_cpp.llama_sampler_chain_add(chain, stage)  # noqa: E731
 
@@ -31,14 +32,15 @@ def build_chain(params: SamplingParams, n_vocab: int) -> llama_cpp.llama_sampler
             *(llama_cpp.llama_logit_bias(token, bias) for token, bias in params.logit_bias.items())
         )
         add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
-    if (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0):
+    penalized = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0)
+    if penalized:
         add(llama_cpp.llama_sampler_init_penalties(
             n_vocab, params.repeat_last_n, params.repeat_penalty,
             params.frequency_penalty, params.presence_penalty,
         ))
     if params.temperature <= 0:
         add(llama_cpp.llama_sampler_init_greedy())
-        return chain
+        return chain, penalized
     if params.top_k > 0:
         add(llama_cpp.llama_sampler_init_top_k(params.top_k))
     if params.top_p < 1.0:
@@ -47,7 +49,7 @@ def build_chain(params: SamplingParams, n_vocab: int) -> llama_cpp.llama_sampler
         add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
     add(llama_cpp.llama_sampler_init_temp(params.temperature))
     add(llama_cpp.llama_sampler_init_dist(native_seed(params.seed)))
-    return chain
+    return chain, penalized
 
 
 def free_chain(chain: llama_cpp.llama_sampler_p) -> None:

@@ -1,0 +1,181 @@
+"""The prefix cache: later turns reuse earlier KV, and greedy text never depends on it (--prefix-cache exact).
+
+Every comparison is against a worker with `--prefix-cache off`, which prefills every prompt whole, and
+against the same request sent alone; prompts are several 64-position chunks long so that reuse, chunk
+boundaries and batching beside other requests all come into play.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from tests.conftest import WorkerProcess, start_worker
+from tests.convert_helpers import oracle
+from tests.fixtures.tiny_models import make_tiny
+from tests.helpers import completion_text, openai_once, openai_stream
+
+SYSTEM = ("You are a patient tutor for a class of curious twelve-year-olds. Answer in two or three short, "
+          "plain sentences, give one everyday example, and never use jargon without explaining it first. "
+          "If a question is unclear, say which part is unclear and answer the part you understand. Keep a "
+          "friendly tone, and end with a short question that invites the student to think further.")
+QUESTIONS = [
+    ["What are tides?", "Why are there two a day?", "Do lakes have tides too?", "What is a spring tide?"],
+    ["How do bees make honey?", "Why do they dance?", "What does the queen do?", "How long do bees live?"],
+    ["What is a volcano?", "Why do some explode?", "Where is the biggest one?", "Can we predict eruptions?"],
+]
+GREEDY = {"temperature": 0, "max_tokens": 40}
+
+
+@pytest.fixture(scope="module")
+def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    process = start_worker(tmp_path_factory.mktemp("off"), "--parallel", "4", "--ctx-size", "8192",
+                           "--prefix-cache", "off")
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+async def converse(http: aiohttp.ClientSession, url: str, questions: list[str], stream: bool = False) -> list[dict]:
+    """One conversation, history resent every turn; returns each turn's answer and usage."""
+    messages, turns = [{"role": "system", "content": SYSTEM}], []
+    for question in questions:
+        messages.append({"role": "user", "content": question})
+        body = {"messages": messages, **GREEDY}
+        if stream:
+            streamed = await openai_stream(http, url + "/v1/chat/completions",
+                                           {**body, "stream_options": {"include_usage": True}})
+            answer, usage = streamed.text, streamed.usage
+        else:
+            result = await openai_once(http, url + "/v1/chat/completions", body)
+            answer, usage = completion_text(result), result["usage"]
+        turns.append({"answer": answer, "usage": usage})
+        messages.append({"role": "assistant", "content": answer})
+    return turns
+
+
+def cached(turns: list[dict]) -> list[int]:
+    return [turn["usage"]["prompt_tokens_details"]["cached_tokens"] for turn in turns]
+
+
+async def test_multi_turn_exact_equals_off_and_reuses(http, base_url, worker_off):
+    exact = [await converse(http, base_url, q) for q in QUESTIONS]
+    off = [await converse(http, worker_off.url, q) for q in QUESTIONS]
+    assert [[t["answer"] for t in c] for c in exact] == [[t["answer"] for t in c] for c in off]
+    for conversation in exact:
+        hits = cached(conversation)
+        # Later turns find their history in the cache, in whole 64-token chunks.
+        assert all(hit % 64 == 0 for hit in hits) and all(hit > 0 for hit in hits[1:]), hits
+        assert all(t["usage"]["prompt_tokens"] - hit < 64 + 60 + 40
+                   for t, hit in zip(conversation[1:], hits[1:]))
+    assert all(hit == 0 for hit in cached(off[0]) + cached(off[1]))
+
+
+async def test_multi_turn_streamed_reports_cached_tokens(http, base_url):
+    turns = await converse(http, base_url, QUESTIONS[0][:2], stream=True)
+    assert cached(turns)[1] > 0
+
+
+async def test_cached_tokens_zero_on_a_fresh_prefix(http, base_url):
+    prompt = "Zebras and quokkas rarely meet, but if they did, they would talk about grass. " * 6
+    first = await openai_once(http, base_url + "/v1/completions", {"prompt": prompt, **GREEDY})
+    again = await openai_once(http, base_url + "/v1/completions", {"prompt": prompt, **GREEDY})
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    reused = again["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert reused > 0 and reused % 64 == 0 and reused < again["usage"]["prompt_tokens"]
+    assert completion_text(first) == completion_text(again)
+
+
+def long_prompts() -> list[str]:
+    topics = ["lighthouses", "glaciers", "printing presses", "coral reefs"]
+    return [(f"Notes on {t}: " + f"The story of {t} is long and full of small inventions. " * 60)[:3000]
+            + f"\nIn one sentence, what matters most about {t}?" for t in topics]
+
+
+async def test_long_prompts_concurrently_equal_alone(http, base_url, worker_off):
+    """Four ~700-token prompts at once give the text each gives alone, on a cold and a warm cache."""
+    prompts = long_prompts()
+    body = lambda p: {"prompt": p, "temperature": 0, "max_tokens": 48}  # noqa: E731
+    alone = [completion_text(await openai_once(http, worker_off.url + "/v1/completions", body(p)))
+             for p in prompts]
+    usage = (await openai_once(http, worker_off.url + "/v1/completions", body(prompts[0])))["usage"]
+    assert usage["prompt_tokens"] > 600
+    for url in (worker_off.url, base_url, base_url):  # off, exact with a cold cache, exact with a warm one
+        together = await asyncio.gather(*(openai_once(http, url + "/v1/completions", body(p)) for p in prompts))
+        assert [completion_text(r) for r in together] == alone, url
+    assert all(r["usage"]["prompt_tokens_details"]["cached_tokens"] > 512 for r in together)
+
+
+async def test_eviction_with_more_conversations_than_slots(http, model_path, worker_off, tmp_path):
+    """Two slots, three conversations taking turns: slots are reused least recently used first."""
+    small = start_worker(tmp_path, "--parallel", "2", "--ctx-size", "4096")
+    try:
+        interleaved = await asyncio.gather(*(converse(http, small.url, q) for q in QUESTIONS))
+    finally:
+        assert small.stop() == 0, small.log()[-3000:]
+    off = [await converse(http, worker_off.url, q) for q in QUESTIONS]
+    assert [[t["answer"] for t in c] for c in interleaved] == [[t["answer"] for t in c] for c in off]
+    # The shared system prompt's chunks are found in whichever slot a conversation lands in.
+    assert all(hit >= 64 for c in interleaved for hit in cached(c)[1:])
+
+
+async def test_cancelled_request_leaves_nothing_wrongly_reused(http, base_url, worker_off):
+    """A client that hangs up mid-answer: a later request over the same prompt answers as on a cold worker."""
+    prompt = long_prompts()[1]
+    async with http.post(base_url + "/v1/completions",
+                         json={"prompt": prompt, "temperature": 0, "max_tokens": 400, "stream": True}) as response:
+        assert response.status == 200
+        async for line in response.content:
+            if line.startswith(b"data: ") and json.loads(line[6:])["choices"][0]["text"]:
+                break  # hang up after the first piece
+    body = {"prompt": prompt + " Answer briefly.", "temperature": 0, "max_tokens": 48}
+    warm = await openai_once(http, base_url + "/v1/completions", body)
+    cold = await openai_once(http, worker_off.url + "/v1/completions", body)
+    assert completion_text(warm) == completion_text(cold)
+    assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+
+
+async def test_fast_mode_reuses_generated_cells(http, model_path, tmp_path):
+    fast = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048", "--prefix-cache", "fast")
+    try:
+        turns = await converse(http, fast.url, QUESTIONS[0][:3])
+    finally:
+        assert fast.stop() == 0
+    # fast reuses everything it holds: the whole previous prompt and answer, not whole chunks only.
+    for previous, turn in zip(turns, turns[1:]):
+        assert turn["usage"]["prompt_tokens_details"]["cached_tokens"] >= previous["usage"]["prompt_tokens"]
+
+
+def test_tiny_gemma3_q4_k_m_multi_turn_exact_equals_off(model_path, tmp_path):
+    """Gemma 3's numerics (sliding-window layers, a q4_k_m quant): exact reuse still leaves greedy text as is."""
+    folder = make_tiny("gemma3", tmp_path / "tiny-gemma3", oracle(model_path).f32)
+    env = {"LLM_WORKER_CACHE": str(tmp_path / "cache")}
+    texts = {}
+    for mode in ("exact", "off"):
+        worker = start_worker(tmp_path, "--model", str(folder), "--quantize", "q4_k_m", "--parallel", "1",
+                              "--ctx-size", "1024", "--prefix-cache", mode, env=env)
+        try:
+            texts[mode] = _grow_prompt(worker)
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    assert texts["exact"][0] == texts["off"][0]
+    assert texts["exact"][1][-1] > 0 and texts["off"][1] == [0] * len(texts["off"][1])
+
+
+def _grow_prompt(worker: WorkerProcess) -> tuple[list[str], list[int]]:
+    """Four turns of a completion prompt that grows by its own answer plus a new line."""
+    import urllib.request
+
+    prompt, answers, hits = "The quick brown fox jumps over the lazy dog. " * 12, [], []
+    for turn in range(4):
+        body = json.dumps({"prompt": prompt, "temperature": 0, "max_tokens": 24}).encode()
+        request = urllib.request.Request(worker.url + "/v1/completions", body, {"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=120) as response:
+            result = json.load(response)
+        answers.append(completion_text(result))
+        hits.append(result["usage"]["prompt_tokens_details"]["cached_tokens"])
+        prompt += answers[-1] + f"\nLine {turn}: the fox rests. "
+    return answers, hits

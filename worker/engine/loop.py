@@ -1,0 +1,164 @@
+"""The engine thread: queue in, one step at a time, events out.
+
+Each step drops cancelled and timed-out requests, admits waiting ones into free
+slots (the scheduler picks the slot and the cached prefix), lets the runner
+carry out the scheduler's plan, and hands all the step's events to the event
+loop in one call. Idle, it sleeps on a condition and burns no CPU.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable
+
+from worker.engine.model import LlamaModel
+from worker.engine.prefix_cache import CacheMode, PrefixCache
+from worker.engine.requests import FinishReason
+from worker.engine.runner import Events, ModelRunner, finished_event
+from worker.engine.scheduler import Scheduler, chunk_budget
+from worker.engine.sequence import Sequence, SequenceState
+
+Dispatch = Callable[[Events], None]
+
+
+class QueueFull(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class SchedulerStats:
+    running: int
+    waiting: int
+    slots: int
+    kv_cells_used: int  # held by running requests
+    kv_cells_total: int
+    kv_cells_cached: int = 0  # kept in free slots for the prefix cache; given up as slots are needed
+    # Cumulative, for "where does a step's time go": llama_decode vs everything else on the thread.
+    steps: int = 0
+    step_s: float = 0.0
+    decode_s: float = 0.0
+
+
+class EngineLoop:
+    def __init__(self, model: LlamaModel, cache_mode: CacheMode, dispatch: Dispatch) -> None:
+        self.model = model
+        self.config = model.config
+        self._dispatch = dispatch
+        self._cond = threading.Condition()
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []
+        self._free_slots = list(range(self.config.parallel))
+        self._stopping = False
+        self.cache = PrefixCache(cache_mode, self.config.parallel)
+        budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
+        self._scheduler = Scheduler(self.cache, budget)
+        self._runner = ModelRunner(model, self.cache, max(budget, self.config.parallel))
+        self._steps, self._step_s = 0, 0.0
+
+    # -- called from other threads -------------------------------------------------
+
+    def add(self, sequence: Sequence) -> None:
+        with self._cond:
+            if len(self._waiting) >= self.config.max_queue:
+                raise QueueFull(f"{len(self._waiting)} requests are already waiting")
+            self._waiting.append(sequence)
+            self._cond.notify()
+
+    def cancel(self, sequence: Sequence) -> None:
+        with self._cond:
+            sequence.cancelled = True
+            self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+
+    def stats(self) -> SchedulerStats:
+        running = list(self._running)
+        return SchedulerStats(
+            running=len(running),
+            waiting=len(self._waiting),
+            slots=self.config.parallel,
+            # From positions, not native calls: running sequences hold n_past cells each.
+            kv_cells_used=sum(seq.n_past for seq in running),
+            kv_cells_cached=sum(self.cache.cells_held(slot) for slot in list(self._free_slots)),
+            kv_cells_total=self.model.n_ctx,
+            steps=self._steps,
+            step_s=self._step_s,
+            decode_s=self._runner.decode_s,
+        )
+
+    # -- the engine thread ---------------------------------------------------------
+
+    def run(self) -> None:
+        try:
+            while self._step():
+                pass
+        finally:
+            self._finish_all(FinishReason.CANCELLED, "the worker is shutting down")
+            self._runner.close()
+
+    def _step(self) -> bool:
+        events: Events = []
+        with self._cond:
+            while not (self._running or self._waiting or self._stopping or self.cache.unsettled(self._free_slots)):
+                self._cond.wait()
+            if self._stopping:
+                return False
+            started = time.perf_counter()
+            self._drop_ended(events)
+            for admission in self._scheduler.admit(self._waiting, self._free_slots):
+                self._runner.start(admission)
+                self._running.append(admission.sequence)
+            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting))
+        self._runner.run(plan, events)
+        self._collect_finished()
+        if events:
+            self._dispatch(events)
+        self._steps += 1
+        self._step_s += time.perf_counter() - started
+        return True
+
+    def _drop_ended(self, events: Events) -> None:
+        """Cancelled and timed-out requests leave before the step is planned."""
+        now = time.monotonic()
+
+        def ending(seq: Sequence) -> tuple[FinishReason, str] | None:
+            if seq.cancelled:
+                return FinishReason.CANCELLED, "cancelled"
+            if now >= seq.deadline:
+                return FinishReason.TIMEOUT, f"the request ran past its {seq.request.timeout_s:g} s timeout"
+            return None
+
+        for seq in list(self._waiting):
+            if (end := ending(seq)) is not None:
+                self._waiting.remove(seq)
+                seq.state = SequenceState.FINISHED
+                events.append((seq, finished_event(seq, *end)))
+        for seq in self._running:
+            if (end := ending(seq)) is not None:
+                self._runner.retire(seq, end[0], events, end[1])
+        self._collect_finished()
+
+    def _collect_finished(self) -> None:
+        """Sequences the runner retired give their slots back."""
+        for seq in [s for s in self._running if s.state is SequenceState.FINISHED]:
+            self._running.remove(seq)
+            self._free_slots.append(seq.slot)
+
+    def _finish_all(self, reason: FinishReason, message: str) -> None:
+        events: Events = []
+        with self._cond:
+            for seq in self._running:
+                self._runner.retire(seq, reason, events, message)
+            self._collect_finished()
+            while self._waiting:
+                seq = self._waiting.popleft()
+                seq.state = SequenceState.FINISHED
+                events.append((seq, finished_event(seq, reason, message)))
+        if events:
+            self._dispatch(events)

@@ -1,0 +1,119 @@
+"""What each slot's KV stream still holds after its request left, and which of it a new prompt may reuse.
+
+A finished request's cells stay in its slot until the slot is needed again. A new
+request goes to the free slot that shares the longest reusable prefix with its
+prompt (least recently used first among equals, so recent conversations survive),
+and only the rest of its prompt is prefilled.
+
+What "reusable" means depends on the mode:
+- exact: only cells made by prefill chunks that start and end on multiples of
+  ALIGN, because those are bitwise what a cold prefill of the same tokens makes
+  (bench/probes/kvrule.py measures it); cells made by single-token decode, and a
+  prompt's last partial chunk, are recomputed. Reuse stops at a multiple of ALIGN,
+  so the chunks after it are aligned too.
+- fast: every matching cell, as llama-server does; greedy text may then differ
+  from a cold run.
+- off: nothing; every prompt is prefilled whole.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import time
+from dataclasses import dataclass, field
+
+ALIGN = 64  # prefill chunk boundaries sit on multiples of this position
+
+
+class CacheMode(str, enum.Enum):
+    EXACT = "exact"
+    FAST = "fast"
+    OFF = "off"
+
+
+def align_down(position: int) -> int:
+    return position - position % ALIGN
+
+
+@dataclass
+class SlotRecord:
+    tokens: list[int] = field(default_factory=list)  # what the stream holds at positions 0..len-1
+    exact: int = 0  # leading cells made by aligned prefill: the ones exact mode may reuse
+    last_used: float = 0.0
+
+
+class PrefixCache:
+    def __init__(self, mode: CacheMode, slots: int) -> None:
+        self.mode = mode
+        self._records = [SlotRecord() for _ in range(slots)]
+
+    def choose(self, prompt: list[int], free_slots: list[int]) -> tuple[int, int]:
+        """The free slot to run `prompt` in and how many of its leading cells it keeps."""
+        best_slot, best_reuse, best_used = -1, -1, 0.0
+        for slot in free_slots:
+            record = self._records[slot]
+            reuse = self._reusable(record, prompt)
+            if reuse > best_reuse or (reuse == best_reuse and record.last_used < best_used):
+                best_slot, best_reuse, best_used = slot, reuse, record.last_used
+        return best_slot, best_reuse
+
+    def _reusable(self, record: SlotRecord, prompt: list[int]) -> int:
+        if self.mode is CacheMode.OFF or not record.tokens:
+            return 0
+        # At least the prompt's last token is always prefilled: its logits start the answer.
+        limit = len(prompt) - 1
+        if self.mode is CacheMode.EXACT:
+            limit = min(limit, record.exact)
+        common = len(os.path.commonprefix([record.tokens[:limit], prompt[:limit]]))
+        return align_down(common) if self.mode is CacheMode.EXACT else common
+
+    def claim(self, slot: int) -> None:
+        """A request takes the slot (the caller drops the cells it does not reuse); forget what it held."""
+        record = self._records[slot]
+        record.tokens = []  # held by the running request now; recorded again when it leaves
+        record.exact = 0
+
+    def release(self, slot: int, tokens: list[int], prefilled: int) -> None:
+        """A request left: its stream holds `tokens`, of which the first `prefilled` came from prefill chunks."""
+        record = self._records[slot]
+        record.tokens = tokens
+        record.exact = align_down(min(prefilled, len(tokens)))
+        record.last_used = time.monotonic()
+
+    def cells_held(self, slot: int) -> int:
+        record = self._records[slot]
+        return record.exact if self.mode is CacheMode.EXACT else len(record.tokens)
+
+    def unsettled(self, free_slots: list[int]) -> Settle | None:
+        """Exact mode: the next block of a free slot's decode-made cells to prefill again, newest slot first.
+
+        An answer's cells were made one token at a time, so exact mode cannot reuse them; prefilled again in
+        aligned chunks while the engine has nothing better to do, they become what a cold prefill makes, and
+        the conversation's next turn finds its whole history (but the last partial block) in the cache.
+        """
+        if self.mode is not CacheMode.EXACT:
+            return None
+        for slot in sorted(free_slots, key=lambda s: -self._records[s].last_used):
+            record = self._records[slot]
+            target = align_down(len(record.tokens))
+            if target > record.exact:
+                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + ALIGN))
+        return None
+
+    def settled(self, settle: Settle) -> None:
+        """The block was prefilled: cells up to settle.end are reusable (those past it are gone until settled)."""
+        record = self._records[settle.slot]
+        record.tokens = settle.tokens
+        record.exact = settle.end
+
+    def forget(self, slot: int) -> None:
+        self._records[slot] = SlotRecord()
+
+
+@dataclass(frozen=True)
+class Settle:
+    slot: int
+    tokens: list[int]  # what the slot will hold once settled
+    start: int  # cells from here on are dropped and prefilled again
+    end: int

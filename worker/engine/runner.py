@@ -1,0 +1,172 @@
+"""Carries out a StepPlan on the llama context: fill batches, decode, sample, detokenize, retire.
+
+Runs on the engine thread only. Each prefill chunk is its own llama_decode call
+and all decode rows share one (see scheduler.py for why); every row that wants
+logits is sampled right after its call, by the sequence's own native chain.
+"""
+
+from __future__ import annotations
+
+import time
+
+import llama_cpp
+import structlog
+
+from worker.engine.model import LlamaModel
+from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
+from worker.engine.requests import Event, Finished, FinishReason, TokenEvent
+from worker.engine.sampler import build_chain, free_chain
+from worker.engine.scheduler import Admission, Chunk, StepPlan
+from worker.engine.detokenizer import StreamingText
+from worker.engine.sequence import Sequence, SequenceState
+
+log = structlog.get_logger(__name__)
+
+Events = list[tuple[Sequence, Event]]
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int) -> None:
+        self.model = model
+        self.cache = cache
+        self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
+        self.decode_s = 0.0  # cumulative time inside llama_decode
+
+    def close(self) -> None:
+        llama_cpp.llama_batch_free(self._batch)
+
+    def start(self, admission: Admission) -> None:
+        """Give a sequence its slot, its cached prefix and its sampler chain."""
+        seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
+        self.cache.claim(slot)
+        # Cells past the reused prefix belong to an earlier request: drop them.
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
+        seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
+        seq.state = SequenceState.PREFILLING
+        seq.admitted_at = time.monotonic()
+        seq.chain, penalized = build_chain(seq.request.sampling, self.model.n_vocab)
+        if penalized:  # penalties look back over the prompt too, as llama-server's do
+            for token in seq.prompt[-seq.request.sampling.repeat_last_n:]:
+                llama_cpp.llama_sampler_accept(seq.chain, token)
+        seq.text = StreamingText(seq.request.stop)
+
+    def run(self, plan: StepPlan, events: Events) -> None:
+        if plan.decode:
+            rows = [(seq.generated[-1], seq.n_past, seq) for seq in plan.decode]
+            if self._decode(rows, plan.decode, events):
+                now = time.monotonic()
+                for index, seq in enumerate(plan.decode):
+                    seq.n_past += 1
+                    self._on_token(seq, llama_cpp.llama_sampler_sample(seq.chain, self.model.ctx, index), now, events)
+        for chunk in plan.prefill:
+            self._prefill(chunk, events)
+        if plan.settle is not None:
+            self._settle(plan.settle)
+
+    def _settle(self, settle: Settle) -> None:
+        """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk."""
+        llama_cpp.llama_memory_seq_rm(self.model.memory, settle.slot, settle.start, -1)
+        batch = self._batch
+        for i, pos in enumerate(range(settle.start, settle.end)):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = settle.tokens[pos], pos, 1
+            batch.seq_id[i][0], batch.logits[i] = settle.slot, False
+        batch.n_tokens = settle.end - settle.start
+        started = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.model.ctx, batch)
+        self.decode_s += time.perf_counter() - started
+        if rc == 0:
+            self.cache.settled(settle)
+        else:
+            log.error("decode_failed", status=rc, settling_slot=settle.slot)
+            llama_cpp.llama_memory_seq_rm(self.model.memory, settle.slot, -1, -1)
+            self.cache.forget(settle.slot)
+
+    def _prefill(self, chunk: Chunk, events: Events) -> None:
+        seq = chunk.sequence
+        prompt = seq.prompt
+        rows = [(prompt[pos], pos, seq) for pos in range(chunk.start, chunk.end)]
+        if not self._decode(rows, [seq] if chunk.completes_prompt else [], events):
+            return
+        seq.n_past = chunk.end
+        if chunk.completes_prompt:
+            seq.state = SequenceState.DECODING
+            token = llama_cpp.llama_sampler_sample(seq.chain, self.model.ctx, len(rows) - 1)
+            self._on_token(seq, token, time.monotonic(), events)
+
+    def _decode(self, rows: list[tuple[int, int, Sequence]], sampled: list[Sequence], events: Events) -> bool:
+        """One llama_decode over `rows` (token, position, sequence); logits for the last row of each sampled one."""
+        batch = self._batch
+        wanted = {id(seq) for seq in sampled}
+        last_row = {id(seq): i for i, (_, _, seq) in enumerate(rows)}
+        for i, (token, pos, seq) in enumerate(rows):
+            batch.token[i] = token
+            batch.pos[i] = pos
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq.slot
+            batch.logits[i] = id(seq) in wanted and last_row[id(seq)] == i
+        batch.n_tokens = len(rows)
+        started = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.model.ctx, batch)
+        self.decode_s += time.perf_counter() - started
+        if rc == 0:
+            return True
+        # Nothing of this call can be trusted; end its sequences, keep serving the others.
+        log.error("decode_failed", status=rc, sequences=len({id(seq) for _, _, seq in rows}))
+        for seq in {id(seq): seq for _, _, seq in rows}.values():
+            self.retire(seq, FinishReason.ERROR, events, f"llama_decode failed with status {rc}")
+        return False
+
+    def _on_token(self, seq: Sequence, token: int, now: float, events: Events) -> None:
+        seq.generated.append(token)
+        seq.last_token_at = now
+        if len(seq.generated) == 1:
+            seq.first_token_at = now
+        text = seq.text
+        if self.model.is_eog(token):
+            reason = FinishReason.EOS
+            out = text.flush()
+        else:
+            out = text.feed(self.model.piece(token))
+            if text.matched is not None:
+                reason = FinishReason.STOP
+            elif len(seq.generated) >= seq.request.max_tokens:
+                reason = FinishReason.LENGTH
+                out += text.flush()
+            else:
+                reason = None
+        if out:
+            events.append((seq, TokenEvent(out, len(seq.generated))))
+        if reason is not None:
+            self.retire(seq, reason, events)
+
+    def retire(self, seq: Sequence, reason: FinishReason, events: Events, message: str = "") -> None:
+        """Leave the slot: free the chain; keep the cells for the prefix cache, or drop them."""
+        if seq.state is SequenceState.FINISHED:
+            return
+        if seq.chain is not None:
+            free_chain(seq.chain)
+            seq.chain = None
+        if seq.slot >= 0:
+            if reason is FinishReason.ERROR or self.cache.mode is CacheMode.OFF:
+                # After a failed decode the stream's cells are unknown: nothing of it may be reused.
+                llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, -1, -1)
+            else:
+                # Every cell up to n_past is complete (cancels land between steps); prompt cells came from prefill.
+                self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)))
+        seq.state = SequenceState.FINISHED
+        events.append((seq, finished_event(seq, reason, message)))
+
+
+def finished_event(seq: Sequence, reason: FinishReason, message: str) -> Finished:
+    first = seq.first_token_at
+    return Finished(
+        reason=reason,
+        prompt_tokens=len(seq.prompt),
+        completion_tokens=len(seq.generated),
+        cached_tokens=seq.cached,
+        stop_sequence=seq.text.matched if seq.text else None,
+        message=message,
+        queue_s=(seq.admitted_at or time.monotonic()) - seq.submitted_at,
+        ttft_s=first - seq.submitted_at if first else 0.0,
+        decode_s=seq.last_token_at - first if first else 0.0,
+    )

@@ -1,0 +1,57 @@
+"""One request's life inside the engine: its state, its slot, its KV position and its output so far."""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import llama_cpp
+
+from worker.engine.detokenizer import StreamingText
+from worker.engine.requests import Request
+
+if TYPE_CHECKING:
+    from worker.engine.handle import RequestHandle
+
+
+class SequenceState(enum.Enum):
+    WAITING = "waiting"  # queued for a slot
+    PREFILLING = "prefilling"  # in a slot, prompt not yet all in the KV stream
+    DECODING = "decoding"  # one token a step
+    FINISHED = "finished"  # left its slot; its Finished event is on the way
+
+
+@dataclass(eq=False)
+class Sequence:
+    request: Request
+    handle: RequestHandle | None = None  # where its events are delivered
+    submitted_at: float = field(default_factory=time.monotonic)
+    state: SequenceState = SequenceState.WAITING
+    cancelled: bool = False
+    slot: int = -1
+    chain: llama_cpp.llama_sampler_p | None = None
+    text: StreamingText | None = None
+    n_past: int = 0  # leading tokens of prompt + generated already in the slot's KV stream
+    cached: int = 0  # of the prompt, tokens whose KV the prefix cache supplied
+    generated: list[int] = field(default_factory=list)  # sampled tokens; the last is not in the KV yet
+    admitted_at: float = 0.0
+    first_token_at: float = 0.0
+    last_token_at: float = 0.0
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.request.prompt_tokens
+
+    @property
+    def deadline(self) -> float:
+        timeout = self.request.timeout_s
+        return self.submitted_at + timeout if timeout is not None else float("inf")
+
+    def tokens_in_kv(self) -> list[int]:
+        """The tokens whose KV cells this sequence's slot holds, in position order."""
+        prompt = self.prompt
+        if self.n_past <= len(prompt):
+            return prompt[:self.n_past]
+        return prompt + self.generated[:self.n_past - len(prompt)]
