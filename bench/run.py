@@ -84,6 +84,7 @@ class BenchConfig:
     llama_server_bin: Path | None
     out_dir: Path
     publish: bool
+    worker_args: tuple[str, ...] = ()  # extra `llm-worker serve` flags (bench/chat.py runs its cache modes)
 
     @property
     def ctx_per_slot(self) -> int:
@@ -218,6 +219,7 @@ def server_command(name: str, cfg: BenchConfig, port: int) -> tuple[list[str], s
         return base + [
             "serve", "--model", str(cfg.model), *host, "--parallel", str(cfg.parallel),
             "--ctx-size", str(cfg.ctx_size), "--threads", str(cfg.threads), "--log-level", "warning",
+            *cfg.worker_args,
         ], "/health"
     if name == LLAMA_SERVER:
         assert cfg.llama_server_bin is not None

@@ -18,10 +18,6 @@ class RequestHandle:
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self.finished: Finished | None = None
 
-    @property
-    def request_id(self) -> str:
-        return self._sequence.request.request_id
-
     def push(self, event: Event) -> None:
         """Called on the event loop by the engine's dispatcher."""
         self._events.put_nowait(event)

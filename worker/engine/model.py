@@ -68,7 +68,11 @@ def _check_file(path: Path) -> None:
 
 
 class LlamaModel:
-    """Owns the llama_model, the llama_context and the vocab. Not thread-safe: one engine thread drives it."""
+    """Owns the llama_model, the llama_context and the vocab.
+
+    Only the engine thread touches the context (and piece(), whose buffer it owns). tokenize() may run on the
+    event loop at the same time: it only reads the vocab, which llama.cpp never changes after loading.
+    """
 
     def __init__(self, path: Path, config: EngineConfig, progress: ProgressFn | None = None) -> None:
         llama_log.install()

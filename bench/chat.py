@@ -1,0 +1,245 @@
+#!/usr/bin/env python3
+"""Chat workloads users produce, side by side: llm-worker (each --prefix-cache mode) vs llama-server vs llama_cpp.server.
+
+multi-turn:  C conversations at once, T turns each; every turn resends the system prompt and the whole
+             history (the server's own earlier answers), streamed; A generated tokens per answer.
+             Reports time to first token per turn and the wall time of the whole run.
+shared-system: one client, N requests one after another, each a long shared system prompt plus its own
+             question; reports TTFT and decode tok/s per stream.
+
+Every server loads the same GGUF with the same slots, context and threads, runs alone on the machine, and
+gets the same work (a fixed amount, not a time window). EOS is banned by logit_bias so every answer has
+exactly A tokens. Run: .venv/bin/python bench/chat.py [--publish]   (README "Benchmark: chat")
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.run import (  # noqa: E402
+    BENCH_DIR, LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, environment, find_llama_server,
+    find_model, new_session, running_server,
+)
+
+SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
+QUESTIONS = [
+    "Who built the old sea wall?", "Why was it built there?", "What happened in the great storm?",
+    "How did the harbour change after the bridge opened?", "What do the fishermen say about it today?",
+    "What should a visitor see first?", "Which boats are the oldest?", "Where did the ferry go?",
+]
+LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
+                                "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
+# (label, server, extra llm-worker flags)
+VARIANTS = [
+    ("llm-worker exact", WORKER, ("--prefix-cache", "exact")),
+    ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
+    ("llm-worker off", WORKER, ("--prefix-cache", "off")),
+    ("llama-server", LLAMA_SERVER, ()),
+    ("llama_cpp.server", LLAMA_CPP_PY, ()),
+]
+
+
+@dataclass
+class Turn:
+    conversation: int
+    turn: int
+    ttft_s: float = 0.0
+    total_s: float = 0.0
+    tokens: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class VariantResult:
+    label: str
+    multi_turn: list[Turn] = field(default_factory=list)
+    multi_turn_wall_s: float = 0.0
+    shared: list[Turn] = field(default_factory=list)
+
+
+async def chat_turn(session: aiohttp.ClientSession, url: str, messages: list[dict], answer_tokens: int,
+                    no_eos: dict[str, float], turn: Turn) -> str:
+    body = {"messages": messages, "max_tokens": answer_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}, "logit_bias": no_eos}
+    sent, pieces = time.perf_counter(), []
+    async with session.post(url + "/v1/chat/completions", json=body) as response:
+        if response.status != 200:
+            turn.error = f"HTTP {response.status}: {(await response.text())[:200]}"
+            return ""
+        async for raw in response.content:
+            line = raw.strip()
+            if not line.startswith(b"data:") or line[5:].strip() == b"[DONE]":
+                continue
+            event = json.loads(line[5:])
+            for choice in event.get("choices") or []:
+                if piece := (choice.get("delta") or {}).get("content"):
+                    if not pieces:
+                        turn.ttft_s = time.perf_counter() - sent
+                    pieces.append(piece)
+            if usage := event.get("usage"):
+                turn.tokens, turn.prompt_tokens = usage["completion_tokens"], usage["prompt_tokens"]
+                turn.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    turn.total_s = time.perf_counter() - sent
+    return "".join(pieces)
+
+
+async def conversation(url: str, index: int, turns: int, answer_tokens: int, no_eos: dict[str, float]) -> list[Turn]:
+    messages, out = [{"role": "system", "content": SYSTEM}], []
+    async with new_session() as session:
+        for t in range(turns):
+            messages.append({"role": "user", "content": f"(Visitor {index}) {QUESTIONS[(index + t) % len(QUESTIONS)]}"})
+            turn = Turn(index, t + 1)
+            answer = await chat_turn(session, url, messages, answer_tokens, no_eos, turn)
+            out.append(turn)
+            messages.append({"role": "assistant", "content": answer})
+    return out
+
+
+async def multi_turn(url: str, args: argparse.Namespace, no_eos: dict[str, float], result: VariantResult) -> None:
+    began = time.perf_counter()
+    runs = await asyncio.gather(*(conversation(url, c, args.turns, args.answer_tokens, no_eos)
+                                  for c in range(args.conversations)))
+    result.multi_turn_wall_s = time.perf_counter() - began
+    result.multi_turn = [turn for run in runs for turn in run]
+
+
+async def shared_system(url: str, args: argparse.Namespace, no_eos: dict[str, float], result: VariantResult) -> None:
+    async with new_session() as session:
+        for i in range(args.shared_requests):
+            messages = [{"role": "system", "content": LONG_SYSTEM},
+                        {"role": "user", "content": f"Question {i}: {QUESTIONS[i % len(QUESTIONS)]}"}]
+            turn = Turn(0, i + 1)
+            await chat_turn(session, url, messages, args.shared_tokens, no_eos, turn)
+            result.shared.append(turn)
+
+
+async def warm_up(url: str) -> None:
+    async with new_session() as session:
+        await chat_turn(session, url, [{"role": "user", "content": "Hello"}], 4, {}, Turn(-1, 0))
+
+
+def bench_variant(label: str, server: str, cfg: BenchConfig, args: argparse.Namespace, no_eos: dict[str, float]) -> VariantResult:
+    print(f"== {label}", file=sys.stderr)
+    result = VariantResult(label)
+    with running_server(server, cfg) as (url, _proc, _sampler, _startup_s, argv):
+        print(f"   {' '.join(argv)}", file=sys.stderr)
+        asyncio.run(warm_up(url))
+        asyncio.run(multi_turn(url, args, no_eos, result))
+        asyncio.run(shared_system(url, args, no_eos, result))
+    errors = [t.error for t in result.multi_turn + result.shared if t.error]
+    if errors:
+        print(f"   {len(errors)} errors, first: {errors[0]}", file=sys.stderr)
+    return result
+
+
+def mean_ms(values: list[float]) -> float:
+    return statistics.fmean(values) * 1e3 if values else float("nan")
+
+
+def summary(result: VariantResult, late_from: int) -> dict[str, float]:
+    ok = [t for t in result.multi_turn if not t.error]
+    late = [t.ttft_s for t in ok if t.turn >= late_from]
+    shared = [t for t in result.shared if not t.error]
+    decode = [(t.tokens - 1) / (t.total_s - t.ttft_s) for t in shared if t.tokens > 1 and t.total_s > t.ttft_s]
+    cached = [t.cached_tokens for t in ok if t.turn >= late_from and t.cached_tokens is not None]
+    prompt = [t.prompt_tokens for t in ok if t.turn >= late_from]
+    return {
+        "late TTFT ms": mean_ms(late),
+        "all-turn TTFT ms": mean_ms([t.ttft_s for t in ok]),
+        "wall s": result.multi_turn_wall_s,
+        "late prompt tokens": statistics.fmean(prompt) if prompt else float("nan"),
+        "late cached tokens": statistics.fmean(cached) if cached else float("nan"),
+        "shared TTFT ms": mean_ms([t.ttft_s for t in shared[1:]]),  # the first request fills the cache
+        "shared decode tok/s": statistics.fmean(decode) if decode else float("nan"),
+        "errors": float(sum(1 for t in result.multi_turn + result.shared if t.error)),
+    }
+
+
+LOWER_IS_BETTER = {"late TTFT ms", "all-turn TTFT ms", "wall s"}
+
+
+def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResult], env: dict) -> str:
+    rows = {r.label: summary(r, args.late_from) for r in results}
+    cols = list(next(iter(rows.values())))
+    lines = [
+        "# llm-worker chat benchmark", "",
+        f"- model: `{cfg.model.name}`; {env.get('cpu', '')}, {env.get('cores')} cores; {env.get('date', '')}; load average "
+        f"{env.get('load_before', float('nan')):.1f} at the start",
+        f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context in all, {cfg.threads} threads, "
+        "its default prompt cache (llama_cpp.server: one slot of the same size)",
+        f"- multi-turn: {args.conversations} conversations at once x {args.turns} turns, history resent, streamed, "
+        f"{args.answer_tokens}-token greedy answers (EOS banned); late turns = turn {args.late_from} on",
+        f"- shared system prompt: 1 client, {args.shared_requests} requests of a ~{len(LONG_SYSTEM) // 4}-token "
+        f"system prompt + a question, {args.shared_tokens} tokens each", "",
+        "| server | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols),
+    ]
+    lines += [f"| {label} | " + " | ".join(f"{v:.1f}" for v in row.values()) + " |" for label, row in rows.items()]
+    if "llama-server" in rows:
+        peer = rows["llama-server"]
+        lines += ["", "llm-worker / llama-server (for TTFT and wall time lower is better, for tok/s higher):", "",
+                  "| llm-worker mode | late TTFT | wall time | shared-prompt decode tok/s | shared-prompt TTFT |",
+                  "|---|---|---|---|---|"]
+        for label, row in rows.items():
+            if label.startswith("llm-worker"):
+                ratios = [row[k] / peer[k] if peer[k] else float("nan")
+                          for k in ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")]
+                lines.append(f"| {label.split()[-1]} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model")
+    p.add_argument("--llama-server")
+    p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
+    p.add_argument("--conversations", type=int, default=4)
+    p.add_argument("--turns", type=int, default=6)
+    p.add_argument("--late-from", type=int, default=4)
+    p.add_argument("--answer-tokens", type=int, default=48)
+    p.add_argument("--shared-requests", type=int, default=6)
+    p.add_argument("--shared-tokens", type=int, default=96)
+    p.add_argument("--parallel", type=int, default=4)
+    p.add_argument("--ctx-size", type=int, default=8192)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    p.add_argument("--publish", action="store_true", help="also write bench/CHAT.md")
+    args = p.parse_args()
+    chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
+    model = find_model(args.model)
+    cfg = BenchConfig(
+        model=model, servers=(), prompt_lengths=(), concurrencies=(), duration_s=0, warmup_s=0, drain_s=0,
+        max_tokens=args.answer_tokens, parallel=args.parallel, ctx_size=args.ctx_size, threads=args.threads,
+        temperature=0.0, seed=0,
+        llama_server_bin=find_llama_server(args.llama_server) if any(v[1] == LLAMA_SERVER for v in chosen) else None,
+        out_dir=args.out, publish=args.publish,
+    )
+    args.out.mkdir(parents=True, exist_ok=True)
+    prompts = PromptFactory(model)
+    no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
+    env = environment(cfg)
+    results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra), args, no_eos)
+               for label, server, extra in chosen]
+    text = report(args, cfg, results, env)
+    print(text)
+    (args.out / "chat.md").write_text(text)
+    (args.out / "chat.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+    if args.publish:
+        (BENCH_DIR / "CHAT.md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
