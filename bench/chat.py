@@ -220,7 +220,7 @@ def main() -> int:
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     model = find_model(args.model)
     cfg = BenchConfig(
-        model=model, servers=(), prompt_lengths=(), concurrencies=(), duration_s=0, warmup_s=0, drain_s=0,
+        model=model, servers=(), prompt_lengths=(), concurrencies=(), requests_per_client=1, level_timeout_s=0,
         max_tokens=args.answer_tokens, parallel=args.parallel, ctx_size=args.ctx_size, threads=args.threads,
         temperature=0.0, seed=0,
         llama_server_bin=find_llama_server(args.llama_server) if any(v[1] == LLAMA_SERVER for v in chosen) else None,

@@ -36,8 +36,8 @@ def main() -> int:
     model = find_model(None)
     prompts = PromptFactory(model)
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
-    base = BenchConfig(model=model, servers=(), prompt_lengths=(), concurrencies=(), duration_s=0, warmup_s=0,
-                       drain_s=0, max_tokens=256, parallel=4, ctx_size=8192, threads=2, temperature=0.0, seed=0,
+    base = BenchConfig(model=model, servers=(), prompt_lengths=(), concurrencies=(), requests_per_client=1,
+                       level_timeout_s=0, max_tokens=256, parallel=4, ctx_size=8192, threads=2, temperature=0.0, seed=0,
                        llama_server_bin=None, out_dir=Path(__file__).resolve().parent / "results", publish=False)
     f16_kv = prompts.kv_cache_bytes(base.ctx_size)  # f16 K and V: 2 bytes a value each
     model_mb = model.stat().st_size / MB

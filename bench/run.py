@@ -72,9 +72,8 @@ class BenchConfig:
     servers: tuple[str, ...]
     prompt_lengths: tuple[int, ...]
     concurrencies: tuple[int, ...]
-    duration_s: float  # measurement window per (prompt length, concurrency) level
-    warmup_s: float  # run before the window opens so every level is measured in steady state
-    drain_s: float  # after the window, how long in-flight requests may take before they are cut
+    requests_per_client: int  # each level's fixed work: every client sends this many requests, back to back
+    level_timeout_s: float  # a level still running after this long has its in-flight requests cut
     max_tokens: int
     parallel: int
     ctx_size: int  # all slots together; llama_cpp.server gets ctx_size // parallel (one slot)
@@ -98,7 +97,7 @@ class RequestResult:
     chunk_times: list[float] = field(default_factory=list)  # arrivals of chunks carrying text
     tokens: float = 0.0  # usage.completion_tokens when the server reports it, else text chunks
     error: str | None = None
-    cut: bool = False  # still streaming when the level's drain time ran out, so cancelled
+    cut: bool = False  # still streaming when the level's timeout ran out, so cancelled
 
     @property
     def complete(self) -> bool:
@@ -108,13 +107,6 @@ class RequestResult:
     def ttft(self) -> float | None:
         return self.chunk_times[0] - self.sent if self.chunk_times else None
 
-    def tokens_between(self, start: float, end: float) -> float:
-        """Generated tokens that arrived in [start, end]; a multi-token chunk counts its share."""
-        if not self.chunk_times:
-            return 0.0
-        per_chunk = self.tokens / len(self.chunk_times)
-        return per_chunk * sum(1 for t in self.chunk_times if start <= t <= end)
-
 
 @dataclass
 class LevelResult:
@@ -122,10 +114,12 @@ class LevelResult:
     prompt_tokens: int
     clients: int
     requests: int  # completed requests
-    cut: int  # requests cancelled because they were still running when the drain time ran out
+    cut: int  # requests cancelled because they were still running when the level timed out
     errors: int
     tokens_per_request: float  # mean generated tokens, to show every server generated max_tokens
-    agg_tok_s: float  # generated tokens that arrived inside the window / window length
+    agg_tok_s: float  # generated tokens of the level's work / the level's wall time
+    requests_per_s: float  # completed requests / the level's wall time
+    wall_s: float  # first request sent to last one finished
     ttft_p50_ms: float
     ttft_p99_ms: float
     itl_p50_ms: float
@@ -376,11 +370,10 @@ async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict
 
 async def client_loop(
     cid: int, url: str, session: aiohttp.ClientSession, cfg: BenchConfig, prompts: PromptFactory,
-    prompt_tokens: int, stop_at: float, results: list[RequestResult],
+    prompt_tokens: int, results: list[RequestResult],
 ) -> None:
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
-    index = 0
-    while time.perf_counter() < stop_at:
+    for index in range(cfg.requests_per_client):
         # Build the prompt before the clock starts: tokenizing is the client's cost, not the server's.
         body = request_body(cfg, prompts.prompt(prompt_tokens), cfg.seed + 10_000 * cid + index,
                             no_eos, cfg.max_tokens)
@@ -393,7 +386,6 @@ async def client_loop(
         except asyncio.CancelledError:
             result.cut = True
             raise
-        index += 1
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -416,18 +408,15 @@ async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_t
               file=sys.stderr)
     async with new_session() as session:
         t0 = time.perf_counter()
-        start, end = t0 + cfg.warmup_s, t0 + cfg.warmup_s + cfg.duration_s
-        # Clients stop sending at the end of the window and get drain_s to finish what is in
-        # flight; whatever still runs then is cancelled, which bounds a level's wall time
-        # even for a server that queues every request behind the others.
-        clients_done = asyncio.gather(*(client_loop(c, url, session, cfg, prompts, prompt_tokens, end, results)
+        # A fixed amount of work per level (not a time window, which heavy levels cannot fill); the
+        # timeout only bounds a server that queues every request behind the others.
+        clients_done = asyncio.gather(*(client_loop(c, url, session, cfg, prompts, prompt_tokens, results)
                                         for c in range(clients)))
         with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(clients_done, timeout=max(0.0, end + cfg.drain_s - time.perf_counter()))
+            await asyncio.wait_for(clients_done, timeout=cfg.level_timeout_s)
+        wall = time.perf_counter() - t0
         await settle(session, url)
-    # Throughput only counts the window, but latency covers every request of the level
-    # (a cut one included once it had its first token): a slow server may not even start
-    # a request inside a short window.
+    # Latency covers every request of the level (a cut one included once it had its first token).
     ok = [r for r in results if r.complete]
     started = [r for r in results if r.error is None and r.chunk_times]
     ttfts = [r.ttft * 1000 for r in started if r.ttft is not None]
@@ -441,7 +430,9 @@ async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_t
         server=server, prompt_tokens=prompt_tokens, clients=clients, requests=len(ok),
         cut=sum(r.cut for r in results), errors=len(errors),
         tokens_per_request=statistics.fmean(r.tokens for r in ok) if ok else float("nan"),
-        agg_tok_s=sum(r.tokens_between(start, end) for r in results) / cfg.duration_s,
+        agg_tok_s=sum(r.tokens for r in results if r.error is None) / wall,
+        requests_per_s=len(ok) / wall,
+        wall_s=wall,
         ttft_p50_ms=percentile(ttfts, 50), ttft_p99_ms=percentile(ttfts, 99),
         itl_p50_ms=percentile(gaps, 50), itl_p99_ms=percentile(gaps, 99),
         decode_tok_s_p50=percentile(decode, 50),
@@ -518,6 +509,7 @@ def bench_server(name: str, cfg: BenchConfig, prompts: PromptFactory) -> ServerR
 
 METRICS = (  # field, column title, format, higher is better
     ("agg_tok_s", "tok/s", "{:.1f}", True),
+    ("requests_per_s", "req/s", "{:.2f}", True),
     ("decode_tok_s_p50", "decode tok/s/stream p50", "{:.1f}", True),
     ("ttft_p50_ms", "TTFT p50 ms", "{:.0f}", False),
     ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}", False),
@@ -556,8 +548,8 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
         f"{cfg.threads} threads; f16 KV cache for {cfg.ctx_size} tokens = "
         f"{prompts.kv_cache_bytes(cfg.ctx_size) / MB:.0f} MB",
         f"- workload: closed loop, {cfg.max_tokens} generated tokens per request, temperature {cfg.temperature}, "
-        f"seed {cfg.seed} + request index; per level, tok/s counts the tokens that arrive in a "
-        f"{cfg.duration_s:g}s window opening {cfg.warmup_s:g}s after the clients start, latency covers every request",
+        f"seed {cfg.seed} + request index; per level every client sends {cfg.requests_per_client} requests back "
+        "to back, and tok/s and req/s are that work over the level's wall time; latency covers every request",
         f"- llama-server: {env.get('llama_server_version', 'n/a')}",
         "",
     ]
@@ -709,13 +701,12 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="GGUF file (default: llm-worker's default model, SmolLM2-135M Q4_1)")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated subset of {','.join(SERVERS)}")
-    p.add_argument("--quick", action="store_true", help="128-token prompts, 1 and 8 clients, 8 s windows: under 3 minutes on 2 cores")
+    p.add_argument("--quick", action="store_true", help="128-token prompts, 1 and 8 clients, 2 requests each")
     p.add_argument("--concurrency", help="comma-separated client counts (default 1,4,8,16)")
     p.add_argument("--prompt-tokens", help="comma-separated prompt lengths in tokens (default 128,512; quick 128)")
-    p.add_argument("--duration", type=float, help="measurement window per level, seconds (default 20, quick 8)")
-    p.add_argument("--warmup", type=float, help="seconds of load before each window (default 10, quick 3)")
-    p.add_argument("--drain", type=float,
-                   help="seconds in-flight requests may run after the window before they are cut (default 60, quick 6)")
+    p.add_argument("--requests", type=int, help="requests each client sends per level (default 4, quick 2)")
+    p.add_argument("--level-timeout", type=float, default=900.0,
+                   help="seconds after which a level's in-flight requests are cut (default 900)")
     p.add_argument("--max-tokens", type=int, default=128)
     p.add_argument("--parallel", type=int, default=8, help="slots (llm-worker --parallel, llama-server -np)")
     p.add_argument("--ctx-size", type=int, default=8192, help="total context across slots")
@@ -736,9 +727,8 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         servers=servers,
         prompt_lengths=tuple(int(x) for x in prompt_tokens.split(",")),
         concurrencies=tuple(int(x) for x in concurrency.split(",")),
-        duration_s=a.duration if a.duration is not None else (8.0 if a.quick else 20.0),
-        warmup_s=a.warmup if a.warmup is not None else (3.0 if a.quick else 10.0),
-        drain_s=a.drain if a.drain is not None else (6.0 if a.quick else 60.0),
+        requests_per_client=a.requests if a.requests is not None else (2 if a.quick else 4),
+        level_timeout_s=a.level_timeout,
         max_tokens=a.max_tokens,
         parallel=a.parallel,
         ctx_size=a.ctx_size,
