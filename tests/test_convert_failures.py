@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,16 +94,24 @@ def test_two_workers_converting_the_same_folder_convert_once_and_both_serve(mode
     folder = oracle(model_path).f32  # 540 MB: long enough for the second worker to arrive mid-conversion
     env = {"LLM_WORKER_CACHE": str(tmp_path / "cache")}
     args = ("--model", str(folder), "--parallel", "1", "--ctx-size", "256", "--threads", "1")
-    workers = [start_worker(tmp_path, *args, env=env, wait=False) for _ in range(2)]
+    first = start_worker(tmp_path, *args, env=env, wait=False)
+    workers = [first]
     try:
+        # The second starts only once the first is converting, so it must find the lock held.
+        deadline = time.monotonic() + 120
+        while '"convert_start"' not in first.log():
+            assert first.process.poll() is None and time.monotonic() < deadline, first.log()[-3000:]
+            time.sleep(0.05)
+        workers.append(start_worker(tmp_path, *args, env=env, wait=False))
         for worker in workers:
             wait_healthy(worker)
         for worker in workers:
             answer = post(worker.url + "/v1/completions", {"prompt": "Hi", "max_tokens": 2, "temperature": 0})
             assert answer["usage"]["completion_tokens"] == 2
-        logs = [worker.log() for worker in workers]
-        assert sum(log.count('"convert_start"') for log in logs) == 1
-        assert any('"converted_cache_hit"' in log for log in logs)
+        first_log, second_log = (worker.log() for worker in workers)
+        assert '"convert_start"' in first_log and '"convert_start"' not in second_log
+        waited, hit = second_log.find('"waiting_for_conversion"'), second_log.find('"converted_cache_hit"')
+        assert 0 <= waited < hit, second_log[-3000:]  # it waited on the lock, then reused the file
         assert [p.suffix for p in cache_files(tmp_path / "cache")] == [".gguf"]
     finally:
         for worker in workers:

@@ -2,6 +2,7 @@
 
 import asyncio
 
+import llama_cpp
 import pytest
 
 from tests.helpers import completion_text, openai_once, openai_stream
@@ -35,26 +36,59 @@ async def test_same_seed_same_text_other_seed_other_text(http, base_url):
     assert a == b and a != c
 
 
-async def test_every_sampler_stage_runs(http, base_url):
-    text = completion_text(await complete(
-        http, base_url, **STORY, temperature=0.7, top_k=20, top_p=0.9, min_p=0.02, repeat_penalty=1.3,
-        repeat_last_n=32, presence_penalty=0.5, frequency_penalty=0.5, seed=3))
-    assert text
+async def test_seeded_sampling_alone_equals_seeded_sampling_beside_three_others(http, base_url):
+    prompts = ["The history of Rome", "def fibonacci(n):", "Recipe for pancakes:", "Dear diary, today"]
+    sampled = {"max_tokens": 48, "temperature": 0.9, "top_p": 0.95}
+    alone = [completion_text(await complete(http, base_url, prompt=p, seed=10 + i, **sampled))
+             for i, p in enumerate(prompts)]
+    together = await asyncio.gather(*(complete(http, base_url, prompt=p, seed=10 + i, **sampled)
+                                      for i, p in enumerate(prompts)))
+    assert [completion_text(t) for t in together] == alone
 
 
-async def test_penalties_change_greedy_text(http, base_url):
-    plain = completion_text(await complete(http, base_url, **STORY, temperature=0))
-    penalised = completion_text(await complete(http, base_url, **STORY, temperature=0, frequency_penalty=1.5))
-    assert plain != penalised
+def repeated_words(text: str, window: int = 40) -> int:
+    """How many words already appeared among the `window` words before them."""
+    words = text.split()
+    return sum(word in words[max(0, i - window):i] for i, word in enumerate(words))
 
 
-async def test_logit_bias_forces_a_token(http, base_url):
+async def test_truncation_to_the_top_token_is_greedy_whatever_the_seed(http, base_url):
+    short_story = {**STORY, "max_tokens": 48}
+    greedy = completion_text(await complete(http, base_url, **short_story, temperature=0))
+    sampled = {**short_story, "temperature": 1.0, "seed": 5}
+    assert completion_text(await complete(http, base_url, **sampled)) != greedy  # temperature does sample
+    for narrowest in ({"top_k": 1}, {"top_p": 0.0}, {"min_p": 1.0}):
+        for seed in (5, 6):
+            text = completion_text(await complete(http, base_url, **{**sampled, **narrowest, "seed": seed}))
+            assert text == greedy, narrowest
+
+
+async def test_penalties_remove_repeats_and_repeat_last_n_zero_turns_them_off(http, base_url):
+    greedy = completion_text(await complete(http, base_url, **STORY, temperature=0))
+    assert repeated_words(greedy) > 20  # this small model loops on its own: room for penalties to show
+    for penalty in ({"repeat_penalty": 2.0}, {"presence_penalty": 2.0}, {"frequency_penalty": 2.0}):
+        text = completion_text(await complete(http, base_url, **STORY, temperature=0, **penalty))
+        assert repeated_words(text) < 0.75 * repeated_words(greedy), (penalty, text)
+    # repeat_last_n counts the tokens the penalties look back over: none means no penalty at all.
+    off = await complete(http, base_url, **STORY, temperature=0, repeat_penalty=2.0, presence_penalty=2.0,
+                         frequency_penalty=2.0, repeat_last_n=0)
+    assert completion_text(off) == greedy
+
+
+async def test_logit_bias_forces_a_token_and_bans_one(http, base_url, model_path):
     plain = await complete(http, base_url, prompt="The capital of France is", max_tokens=3, temperature=0)
     assert completion_text(plain).startswith(" Paris")
     # Token 30 is "." in SmolLM2's vocab: a +100 bias makes greedy pick it every time.
     forced = await complete(http, base_url, prompt="The capital of France is", max_tokens=3, temperature=0,
                             logit_bias={"30": 100})
     assert completion_text(forced) == "..."
+    # -100 on greedy's first token (its id from llama.cpp's tokenizer, not the worker's) makes greedy pick another.
+    vocab = llama_cpp.Llama(str(model_path), vocab_only=True, verbose=False)
+    paris = vocab.tokenize(b" Paris", add_bos=False)
+    assert len(paris) == 1
+    banned = await complete(http, base_url, prompt="The capital of France is", max_tokens=3, temperature=0,
+                            logit_bias={str(paris[0]): -100})
+    assert not completion_text(banned).startswith(" Paris") and banned["usage"]["completion_tokens"] == 3
 
 
 async def test_eos_ends_a_chat_before_max_tokens(http, base_url):
@@ -85,7 +119,10 @@ async def test_multibyte_utf8_streams_byte_exact(http, base_url):
     whole = completion_text(await complete(http, base_url, **body))
     streamed = await openai_stream(http, base_url + "/v1/completions", body)
     assert streamed.text == whole and any(ord(ch) > 0x2E80 for ch in whole)
-    assert all("\ufffd" not in piece for piece in streamed.pieces)
+    # No piece splits a character; only max_tokens may cut the last one, whose bytes then end as U+FFFD.
+    cut = streamed.finish_reason == "length" and whole.endswith("\ufffd")
+    assert all("\ufffd" not in piece for piece in streamed.pieces[:-1])
+    assert "\ufffd" not in streamed.pieces[-1].removesuffix("\ufffd" if cut else "")
     assert streamed.text.encode("utf-8") == whole.encode("utf-8")
 
 

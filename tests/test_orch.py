@@ -2,6 +2,7 @@
 
 import asyncio
 import json
+import time
 
 from tests.helpers import execute, sse_events
 
@@ -19,15 +20,32 @@ async def test_health_and_ready(http, base_url):
 
 
 async def test_execute_stream_shape_and_max_tokens(http, base_url):
-    events = await execute(http, base_url, {**JOB, "job_id": "shape"})
+    # Arrival times of each event: the client's own clock, to hold the reported decode time against.
+    arrivals: list[float] = []
+    events = []
+    sent = time.monotonic()
+    async with http.post(base_url + "/execute", json={**JOB, "job_id": "shape"}) as response:
+        async for line in response.content:
+            if line.startswith(b"data: "):
+                arrivals.append(time.monotonic())
+                payload = line[len(b"data: "):].strip()
+                events.append("[DONE]" if payload == b"[DONE]" else json.loads(payload))
     assert events[0]["type"] == "started" and events[0]["job_id"] == "shape"
     assert events[0]["model"] == "smollm2-135m-instruct" and events[0]["started_at"].endswith("Z")
     tokens = [e for e in events if isinstance(e, dict) and e["type"] == "token"]
     assert [t["i"] for t in tokens] == list(range(len(tokens)))
     metrics, end, done = events[-3:]
     assert metrics["type"] == "metrics" and metrics["tokens_per_sec"] > 0
-    assert end == {"type": "end", "tokens_out": 16, "decode_time_ms": end["decode_time_ms"], "stop_reason": "MAX_TOKENS"}
-    assert done == "[DONE]"
+    assert set(end) == {"type", "tokens_out", "decode_time_ms", "stop_reason"}
+    assert (end["type"], end["tokens_out"], end["stop_reason"], done) == ("end", 16, "MAX_TOKENS", "[DONE]")
+    # Decoding (first token to last) fits inside the whole request, and spans about what the client saw
+    # between the first and last token events (which may each carry several tokens).
+    first_token = arrivals[events.index(tokens[0])]
+    last_token = arrivals[events.index(tokens[-1])]
+    assert 0 < end["decode_time_ms"] <= (arrivals[-1] - sent) * 1e3
+    assert end["decode_time_ms"] >= 0.5 * (last_token - first_token) * 1e3 - 20, (end, last_token - first_token)
+    # tokens_per_sec is the other side of the same measurement: 15 gaps over the decode time.
+    assert abs(metrics["tokens_per_sec"] - 15 / (end["decode_time_ms"] / 1e3)) <= 0.02 * metrics["tokens_per_sec"] + 0.1
 
 
 async def test_execute_text_equals_the_completion_route(http, base_url):

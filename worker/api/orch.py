@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from aiohttp import web
 
 from worker.api import sse
@@ -13,6 +11,7 @@ from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_obje
 from worker.api.schemas import ExecuteRequest, parse_execute
 from worker.api.state import WORKER, Phase, WorkerState
 from worker.engine import Finished, FinishReason, QueueFull, TokenEvent
+from worker.timefmt import utc_now
 
 routes = web.RouteTableDef()
 
@@ -25,6 +24,7 @@ _STOP_REASONS = {
 
 
 def vram_bytes(worker: WorkerState) -> int:
+    """The one rule /health, the ready callback and the /execute metrics event all report."""
     engine = worker.engine
     return engine.size_bytes if engine is not None and worker.settings.engine.backend != "cpu" else 0
 
@@ -61,26 +61,23 @@ async def loading_progress(request: web.Request) -> web.StreamResponse:
     return stream
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 _ERROR_CODES = {FinishReason.ERROR: "INFERENCE_FAILED", FinishReason.TIMEOUT: "TIMEOUT"}
 
 
-def _end_events(finished: Finished) -> list[dict]:
+def _end_events(finished: Finished, vram: int) -> list[dict]:
     if finished.reason in _ERROR_CODES:
         return [{"type": "error", "code": _ERROR_CODES[finished.reason], "message": finished.message}]
     tokens_per_sec = (finished.completion_tokens - 1) / finished.decode_s if finished.decode_s > 0 else 0.0
     end = {
         "type": "end",
         "tokens_out": finished.completion_tokens,
+        "prompt_tokens_cached": finished.cached_tokens,
         "decode_time_ms": round(finished.decode_s * 1e3),
         "stop_reason": _STOP_REASONS[finished.reason],
     }
     if finished.stop_sequence is not None:
         end["stop_sequence_matched"] = finished.stop_sequence
-    return [{"type": "metrics", "tokens_per_sec": round(tokens_per_sec, 1), "vram_bytes": 0}, end]
+    return [{"type": "metrics", "tokens_per_sec": round(tokens_per_sec, 1), "vram_bytes": vram}, end]
 
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
@@ -89,13 +86,14 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
         worker.jobs[job.job_id] = handle.cancel
         try:
             stream = await sse.open_stream(request)
-            await sse.send(stream, {"type": "started", "job_id": job.job_id, "model": worker.model_id, "started_at": _now()})
+            await sse.send(stream, {"type": "started", "job_id": job.job_id, "model": worker.model_id,
+                                    "started_at": utc_now()})
             index = 0
             async for event in handle:
                 if isinstance(event, TokenEvent):
                     await sse.send(stream, {"type": "token", "t": event.text, "i": index})
                     index += 1
-            for event in _end_events(handle.finished):
+            for event in _end_events(handle.finished, vram_bytes(worker)):
                 await sse.send(stream, event)
             await stream.write(sse.DONE)
             return stream

@@ -10,8 +10,6 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-STAGES = ("download", "convert", "quantize", "load", "warmup")
-
 
 @dataclass(frozen=True)
 class Progress:

@@ -23,7 +23,12 @@ import os
 import time
 from dataclasses import dataclass, field
 
-ALIGN = 64  # prefill chunk boundaries sit on multiples of this position
+# Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
+# numerics do not depend on where a prompt is cut (bench/probes/kvrule.py), but repacked quantized
+# weights (Q4_0, Q4_K... on x86) compute rows in groups from the chunk's start: cuts at multiples of 16
+# keep every row in the same group whatever the load, and leave at most 15 cells to recompute.
+ALIGN = 16
+SETTLE_TOKENS = 64  # most cells settled in one engine step
 
 
 class CacheMode(str, enum.Enum):
@@ -61,8 +66,9 @@ class PrefixCache:
     def _reusable(self, record: SlotRecord, prompt: list[int]) -> int:
         if self.mode is CacheMode.OFF or not record.tokens:
             return 0
-        # At least the prompt's last token is always prefilled: its logits start the answer.
-        limit = len(prompt) - 1
+        # At least the prompt's last two tokens are prefilled: the last one's logits start the answer, and a
+        # one-row chunk would take llama.cpp's one-row kernels, which a cold prefill of the prompt does not.
+        limit = len(prompt) - 2
         if self.mode is CacheMode.EXACT:
             limit = min(limit, record.exact)
         common = len(os.path.commonprefix([record.tokens[:limit], prompt[:limit]]))
@@ -98,7 +104,7 @@ class PrefixCache:
             record = self._records[slot]
             target = align_down(len(record.tokens))
             if target > record.exact:
-                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + ALIGN))
+                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + SETTLE_TOKENS))
         return None
 
     def settled(self, settle: Settle) -> None:

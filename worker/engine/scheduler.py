@@ -6,8 +6,8 @@ llama.cpp re-splits a batch that mixes sequences (split_equal takes the same
 number of tokens from each), so:
 - each prefill chunk is its own llama_decode call, holding one sequence's tokens;
 - chunk boundaries sit on multiples of ALIGN whatever the load (only the prompt's
-  end may fall between them), and a chunk never exceeds the micro-batch, so
-  llama.cpp does not split it again;
+  end may fall between them), a chunk never exceeds the micro-batch, so llama.cpp
+  does not split it again, and a prompt's last chunk is never a lone row;
 - decode rows (one token per generating sequence) share one call, by slot order.
 """
 
@@ -74,6 +74,8 @@ class Scheduler:
             start, end = sequence.n_past, len(sequence.prompt)
             if end - start > budget:
                 end = align_down(start + budget)
+                if len(sequence.prompt) - end == 1:  # never leave a lone last row (see prefix_cache._reusable)
+                    end -= ALIGN
             if end <= start:
                 break
             prefill.append(Chunk(sequence, start, end))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from datetime import datetime, timezone
 from typing import Callable
 
 import aiohttp
@@ -13,6 +12,7 @@ import structlog
 
 from worker import __version__
 from worker.settings import ORCH_TOKEN_ENV
+from worker.timefmt import utc_now
 
 log = structlog.get_logger(__name__)
 
@@ -58,7 +58,7 @@ def heartbeat_body(worker_id: str, model_id: str, device: int, port: int, status
     return {
         "worker": {"id": worker_id, "model_id": model_id, "device": device, "port": port, "status": status,
                    "implementation": "llm-worker", "version": __version__},
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "timestamp": utc_now("seconds"),
     }
 
 

@@ -11,12 +11,12 @@ import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
+from worker.api.orch import vram_bytes
 from worker.api.progress import LoadingProgress
 from worker.api.schemas import sampling_defaults
 from worker.engine import Engine, SamplingParams
 from worker.engine.backends import require_backend
 from worker.engine.rpc import check_rpc
-from worker.lifecycle.auth import auth_middleware
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry
@@ -59,8 +59,7 @@ class WorkerLife:
         self.worker = WorkerState(settings, model_id=settings.model or "")
         self.worker.progress = LoadingProgress(self.loop)
         self.runner = web.AppRunner(
-            build_app(self.worker, extra_middlewares=[auth_middleware(settings.api_keys)]),
-            handler_cancellation=True, access_log=None,
+            build_app(self.worker), handler_cancellation=True, access_log=None,
         )
         self.stop = asyncio.Event()
         self.url = ""
@@ -132,7 +131,7 @@ class WorkerLife:
             "worker_id": settings.worker_id, "url": self.url, "uri": self.url,
             "model_ref": settings.model_ref or self.worker.model_id,
             "backend": settings.engine.backend, "device": settings.engine.device,
-            "vram_bytes": engine.size_bytes if settings.engine.backend != "cpu" else 0,
+            "vram_bytes": vram_bytes(self.worker),
             "memory_bytes": engine.size_bytes,
         }
 
