@@ -110,6 +110,17 @@ async def test_execute_end_event_reports_cached_tokens(http, base_url):
     assert ends[0]["prompt_tokens_cached"] == 0 and ends[1]["prompt_tokens_cached"] >= ALIGN
 
 
+async def test_an_idle_engine_settles_the_answer_for_the_next_turn(http, base_url):
+    """Cells of an answer are decode-made; while idle the engine prefills them again, so the next turn reuses them."""
+    prompt = "Write about the old harbour, its boats and its storms, for a village newsletter. " * 4
+    first = await openai_once(http, base_url + "/v1/completions", {"prompt": prompt, **GREEDY})
+    await asyncio.sleep(2)  # the user reads the answer
+    follow = prompt + completion_text(first) + "\nNow in one line:"
+    again = await openai_once(http, base_url + "/v1/completions", {"prompt": follow, **GREEDY})
+    prompt_only = first["usage"]["prompt_tokens"] // ALIGN * ALIGN
+    assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > prompt_only + ALIGN
+
+
 def long_prompts() -> list[str]:
     topics = ["lighthouses", "glaciers", "printing presses", "coral reefs"]
     return [(f"Notes on {t}: " + f"The story of {t} is long and full of small inventions. " * 60)[:3000]

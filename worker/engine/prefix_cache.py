@@ -28,7 +28,8 @@ from dataclasses import dataclass, field
 # weights (Q4_0, Q4_K... on x86) compute rows in groups from the chunk's start: cuts at multiples of 16
 # keep every row in the same group whatever the load, and leave at most 15 cells to recompute.
 ALIGN = 16
-SETTLE_TOKENS = 64  # most cells settled in one engine step
+# Cells settled in one engine step: small, because a request that arrives meanwhile waits for the step.
+SETTLE_TOKENS = ALIGN
 
 
 class CacheMode(str, enum.Enum):

@@ -80,6 +80,6 @@ class Scheduler:
                 break
             prefill.append(Chunk(sequence, start, end))
             budget -= end - start
-        # Settling is filler: only when no prompt waits for a slot or is being prefilled.
-        settle = self.cache.unsettled(free_slots) if not (waiting or prefill) else None
+        # Settling is filler: only on an idle engine, so that no running request pays for it.
+        settle = self.cache.unsettled(free_slots) if not (waiting or running) else None
         return StepPlan(decode, prefill, settle)
