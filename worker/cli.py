@@ -107,8 +107,8 @@ def cli() -> None:
          show_default=True, help="KV cache type for V (quantized V needs --flash-attn on, so --prefix-cache fast or off).")
 @_option("--flash-attn", "-fa", env="FLASH_ATTN", type=click.Choice(["auto", "on", "off"]), default="auto",
          show_default=True,
-         help="llama.cpp's flash attention.  auto: off on cpu and with --prefix-cache exact (its CPU kernels "
-              "follow the batch shape), llama.cpp's choice elsewhere.")
+         help="llama.cpp's flash attention.  auto: off (its CPU kernels follow the batch shape, so text would "
+              "follow the load) unless --prefix-cache fast, where llama.cpp decides.")
 @_option("--threads", "-t", env="THREADS", type=click.IntRange(min=1), default=None,
          help="CPU threads for llama.cpp.  [default: the cores this process may use]")
 @_option("--max-queue", env="MAX_QUEUE", type=click.IntRange(min=0), default=64, show_default=True,

@@ -127,11 +127,14 @@ class LlamaModel:
 
     @property
     def flash_attn(self) -> str:
-        """on, off, or auto (llama.cpp decides). auto is off on cpu and in exact mode: llama.cpp's CPU flash
-        attention picks its kernel by batch shape (tiled from 64 query rows, split over the KV cells for one
-        stream's lone row), so its numerics follow the load; without it every prefix-cache mode computes alike."""
+        """on, off, or auto: off unless --prefix-cache fast, which promises no exactness (then llama.cpp decides).
+
+        llama.cpp's CPU flash attention picks its kernel by batch shape (tiled from 64 query rows, split over
+        the KV cells for one stream's lone row), so its numerics follow the load; without it exact and off
+        compute alike, whatever runs beside a request.
+        """
         config = self.config
-        if config.flash_attn == "auto" and (config.backend == "cpu" or config.prefix_cache is CacheMode.EXACT):
+        if config.flash_attn == "auto" and config.prefix_cache is not CacheMode.FAST:
             return "off"
         return config.flash_attn
 
