@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,3 +67,18 @@ async def execute(http: aiohttp.ClientSession, base_url: str, body: dict) -> lis
     async with http.post(base_url + "/execute", json=body) as response:
         assert response.status == 200, await response.text()
         return await sse_events(response)
+
+
+async def ready_state(http: aiohttp.ClientSession, base_url: str) -> dict:
+    async with http.get(base_url + "/v1/ready") as response:
+        return await response.json()
+
+
+async def wait_idle(http: aiohttp.ClientSession, base_url: str) -> dict:
+    """/v1/ready once no request runs, waits or holds KV cells (about 10 s at most)."""
+    for _ in range(100):
+        ready = await ready_state(http, base_url)
+        if ready["running"] == ready["waiting"] == ready["kv_cells_used"] == 0:
+            break
+        await asyncio.sleep(0.1)
+    return ready

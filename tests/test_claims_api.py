@@ -1,26 +1,11 @@
 """README claims about the HTTP API that had no test: request ids, token limits, prompt forms, /cancel."""
 
-import asyncio
 import json
 import re
 
-from tests.helpers import completion_text, execute, openai_once, sse_events
+from tests.helpers import completion_text, execute, openai_once, ready_state, sse_events, wait_idle
 
 STORY = {"prompt": "Once upon a time", "temperature": 0}
-
-
-async def ready_state(http, base_url) -> dict:
-    async with http.get(base_url + "/v1/ready") as response:
-        return await response.json()
-
-
-async def wait_idle(http, base_url) -> dict:
-    for _ in range(100):
-        ready = await ready_state(http, base_url)
-        if ready["running"] == ready["waiting"] == ready["kv_cells_used"] == 0:
-            break
-        await asyncio.sleep(0.1)
-    return ready
 
 
 async def test_x_request_id_is_echoed_or_made_and_logged(http, worker):

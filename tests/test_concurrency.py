@@ -4,21 +4,7 @@ import asyncio
 import random
 
 from tests.conftest import start_worker
-from tests.helpers import openai_once
-
-
-async def ready_state(http, base_url) -> dict:
-    async with http.get(base_url + "/v1/ready") as response:
-        return await response.json()
-
-
-async def wait_idle(http, base_url) -> dict:
-    for _ in range(100):
-        ready = await ready_state(http, base_url)
-        if ready["running"] == ready["waiting"] == ready["kv_cells_used"] == 0:
-            break
-        await asyncio.sleep(0.1)
-    return ready
+from tests.helpers import openai_once, wait_idle
 
 
 async def test_fifty_streams_dropped_midway_leave_nothing_behind(http, base_url):

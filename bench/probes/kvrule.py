@@ -210,59 +210,42 @@ def main(path: str) -> None:
     full = P + solo_tokens + turn
     cold = fresh(lambda c: prefill(c, full, aligned(len(full))))
 
-    def reuse_generated(c):
-        logits = prefill(c, P, aligned(n))
-        greedy_tail(c, logits, n)
-        start, last = n + len(solo_tokens), None
-        for end in [len(full)]:
-            last = decode(c, rows(full, start, end, 0))[0]
+    def redo(c, tokens, start, total, seq=0, want=True):
+        """Drop seq's cells from `start` on and prefill tokens[start:total] again in aligned chunks."""
+        L.llama_memory_seq_rm(L.llama_get_memory(c), seq, start, -1)
+        last = None
+        for end in aligned(total, A, start):
+            last = decode(c, rows(tokens, start, end, seq, want)).get(seq)
+            start = end
         return last
+
+    def answered(c):
+        """Prefill P, generate the greedy answer; return (floor of the prompt, end of the answer)."""
+        greedy_tail(c, prefill(c, P, aligned(n)), n)
+        return (n // A) * A, n + len(solo_tokens)
+
+    def reuse_generated(c):
+        _, end_answer = answered(c)
+        return decode(c, rows(full, end_answer, len(full), 0))[0]
     print("4. reuse decode-made KV, prefill turn  ", diff(fresh(reuse_generated), cold))
 
     def reuse_aligned_floor(c):
-        logits = prefill(c, P, aligned(n))
-        greedy_tail(c, logits, n)
-        floor = (n // A) * A
-        L.llama_memory_seq_rm(L.llama_get_memory(c), 0, floor, -1)
-        start, last = floor, None
-        for end in aligned(len(full), A, floor):
-            last = decode(c, rows(full, start, end, 0))[0]
-            start = end
-        return last
+        floor, _ = answered(c)
+        return redo(c, full, floor, len(full))
     print("4. reuse to floor(prompt), redo rest   ", diff(fresh(reuse_aligned_floor), cold))
 
     def reuse_after_reprefill(c):
-        """The idle re-prefill: after the answer, redo [floor(prompt), end of answer) aligned."""
-        logits = prefill(c, P, aligned(n))
-        greedy_tail(c, logits, n)
-        floor, end_answer = (n // A) * A, n + len(solo_tokens)
-        L.llama_memory_seq_rm(L.llama_get_memory(c), 0, floor, -1)
-        start = floor
-        for end in aligned(end_answer, A, floor):
-            decode(c, rows(full, start, end, 0, last_logits=False))
-            start = end
-        # next turn: keep only the aligned floor of what was re-prefilled, go on from there
-        keep = (end_answer // A) * A
-        L.llama_memory_seq_rm(L.llama_get_memory(c), 0, keep, -1)
-        start, last = keep, None
-        for end in aligned(len(full), A, keep):
-            last = decode(c, rows(full, start, end, 0))[0]
-            start = end
-        return last
+        """The idle re-prefill: after the answer, redo [floor(prompt), end of answer), keep its aligned floor."""
+        floor, end_answer = answered(c)
+        redo(c, full, floor, end_answer, want=False)
+        return redo(c, full, (end_answer // A) * A, len(full))
     print("4. idle re-prefill, reuse its floor    ", diff(fresh(reuse_after_reprefill), cold))
 
     def reuse_after_reprefill_partial(c):
         """Same, but also reuse the re-prefilled partial chunk past the aligned floor."""
-        logits = prefill(c, P, aligned(n))
-        greedy_tail(c, logits, n)
-        floor, end_answer = (n // A) * A, n + len(solo_tokens)
-        L.llama_memory_seq_rm(L.llama_get_memory(c), 0, floor, -1)
-        start = floor
-        for end in aligned(end_answer, A, floor):
-            decode(c, rows(full, start, end, 0, last_logits=False))
-            start = end
-        last = decode(c, rows(full, end_answer, len(full), 0))[0]
-        return last
+        floor, end_answer = answered(c)
+        redo(c, full, floor, end_answer, want=False)
+        return decode(c, rows(full, end_answer, len(full), 0))[0]
     print("4. idle re-prefill, reuse partial too  ", diff(fresh(reuse_after_reprefill_partial), cold))
 
     # 5. Copy a cached prefix into another stream: seq_cp(0 -> 1, whole) then seq_rm(1, floor, -1).
