@@ -36,7 +36,7 @@ async def test_execute_stream_shape_and_max_tokens(http, base_url):
     assert [t["i"] for t in tokens] == list(range(len(tokens)))
     metrics, end, done = events[-3:]
     assert metrics["type"] == "metrics" and metrics["tokens_per_sec"] > 0
-    assert set(end) == {"type", "tokens_out", "decode_time_ms", "stop_reason"}
+    assert set(end) == {"type", "tokens_out", "prompt_tokens_cached", "decode_time_ms", "stop_reason"}
     assert (end["type"], end["tokens_out"], end["stop_reason"], done) == ("end", 16, "MAX_TOKENS", "[DONE]")
     # Decoding (first token to last) fits inside the whole request, and spans about what the client saw
     # between the first and last token events (which may each carry several tokens).
