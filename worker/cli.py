@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import sys
 from pathlib import Path
 
 import click
@@ -168,7 +167,7 @@ def pull(name: str | None, quant: str | None, models_file: Path | None, log_form
     """
     from worker.source.resolve import fetch_model
 
-    configure_logs(log_format or _default_log_format(), log_level)
+    configure_logs(log_format, log_level)
     click.echo(fetch_model(name, _registry(models_file), quant=quant).path)
 
 
@@ -219,12 +218,8 @@ def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | Non
     if dry_run:
         click.echo(builder.pip_build(chosen, extra_cmake_args=extra).shell())
         return
-    configure_logs(log_format or _default_log_format(), log_level)
+    configure_logs(log_format, log_level)
     builder.build(chosen, extra_cmake_args=extra)
-
-
-def _default_log_format() -> str:
-    return "console" if sys.stderr.isatty() else "json"
 
 
 @cli.command()
@@ -249,7 +244,7 @@ def convert(src: Path, output: Path | None, convert_type: str, quantize: str | N
     from worker.source.cache import atomic_path
     from worker.source.convert import Conversion, ProgressReport, converted_model, is_hf_folder
 
-    configure_logs(log_format or _default_log_format(), log_level)
+    configure_logs(log_format, log_level)
     if not is_hf_folder(src):
         raise WorkerError(f"{src} has no config.json; pass a Hugging Face model folder")
     path = converted_model(src, Conversion(convert_type, quantize), ProgressReport())

@@ -16,7 +16,14 @@ class _ToStructlog(logging.Handler):
         structlog.get_logger(record.name).log(record.levelno, message)
 
 
-def configure(fmt: str, level: str) -> None:
+def default_format() -> str:
+    """Console lines for a person at a terminal, JSON for anything that collects logs."""
+    return "console" if sys.stderr.isatty() else "json"
+
+
+def configure(fmt: str | None, level: str) -> None:
+    """`fmt` console or json; None: default_format()."""
+    fmt = fmt or default_format()
     renderer = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
         if fmt == "console"

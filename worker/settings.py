@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine import CacheMode, EngineConfig
 from worker.errors import WorkerError
+from worker.logs import default_format
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
@@ -75,7 +75,7 @@ def settings_from_flags(flags: dict) -> Settings:
         drain_timeout=flags["drain_timeout"],
         request_timeout=flags["request_timeout"],
         api_keys=tuple(key for key in (flags["api_key"], os.environ.get(ORCH_TOKEN_ENV)) if key),
-        log_format=flags["log_format"] or ("console" if sys.stderr.isatty() else "json"),
+        log_format=flags["log_format"] or default_format(),
         log_level=flags["log_level"],
         engine=EngineConfig(backend=flags["backend"].lower(), **engine_fields),
         convert_type=flags["convert_type"],

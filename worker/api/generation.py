@@ -53,7 +53,7 @@ def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
     if finished is None:
         log.info("request_done", finish_reason="client_disconnected", e2e_ms=round(e2e_s * 1e3, 1))
         return
-    decode_tps = (finished.completion_tokens - 1) / finished.decode_s if finished.decode_s > 0 else None
+    decode_tps = finished.decode_tokens_per_s
     log.info(
         "request_done",
         finish_reason=finished.reason.value,

@@ -67,7 +67,7 @@ _ERROR_CODES = {FinishReason.ERROR: "INFERENCE_FAILED", FinishReason.TIMEOUT: "T
 def _end_events(finished: Finished, vram: int) -> list[dict]:
     if finished.reason in _ERROR_CODES:
         return [{"type": "error", "code": _ERROR_CODES[finished.reason], "message": finished.message}]
-    tokens_per_sec = (finished.completion_tokens - 1) / finished.decode_s if finished.decode_s > 0 else 0.0
+    tokens_per_sec = finished.decode_tokens_per_s or 0.0
     end = {
         "type": "end",
         "tokens_out": finished.completion_tokens,

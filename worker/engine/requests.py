@@ -68,5 +68,10 @@ class Finished:
     ttft_s: float = 0.0  # submit -> first generated token
     decode_s: float = 0.0  # first token -> last token
 
+    @property
+    def decode_tokens_per_s(self) -> float | None:
+        """Generated tokens per second after the first (None with fewer than two tokens)."""
+        return (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 else None
+
 
 Event = TokenEvent | Finished
