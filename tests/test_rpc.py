@@ -43,6 +43,11 @@ async def greedy(http, url: str) -> list[str]:
                                               {"prompt": p, "max_tokens": 32, "temperature": 0})) for p in PROMPTS]
 
 
+async def health(http, url: str) -> dict:
+    async with http.get(url + "/health") as response:
+        return await response.json()
+
+
 @pytest.mark.slow
 async def test_layers_spread_over_two_rpc_servers_give_the_local_text(http, tmp_path, model_path, rpc_build,
                                                                        rpc_servers):
@@ -51,11 +56,14 @@ async def test_layers_spread_over_two_rpc_servers_give_the_local_text(http, tmp_
     local = start_worker(tmp_path, *common, env=env)
     try:
         expected = await greedy(http, local.url)
+        assert (await health(http, local.url))["vram_bytes"] == 0  # nothing left this process
     finally:
         assert local.stop() == 0
     remote = start_worker(tmp_path, *common, "--rpc", rpc_servers, "--log-level", "debug", env=env)
     try:
         assert await greedy(http, remote.url) == expected
+        # The servers' free memory fell by the layers, KV cells and buffers they took (weights alone ~90 MB).
+        assert (await health(http, remote.url))["vram_bytes"] > 50 * 2**20
         log = remote.log()
     finally:
         assert remote.stop() == 0

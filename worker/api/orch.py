@@ -25,8 +25,7 @@ _STOP_REASONS = {
 
 def vram_bytes(worker: WorkerState) -> int:
     """The one rule /health, the ready callback and the /execute metrics event all report."""
-    engine = worker.engine
-    return engine.size_bytes if engine is not None and worker.settings.engine.backend != "cpu" else 0
+    return worker.engine.device_bytes if worker.engine is not None else 0
 
 
 @routes.get("/health")

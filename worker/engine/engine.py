@@ -98,6 +98,11 @@ class Engine:
     def size_bytes(self) -> int:
         return self.model.size_bytes
 
+    @property
+    def device_bytes(self) -> int:
+        """Memory llama.cpp took on GPU or rpc devices at load (weights, KV, compute); 0 on cpu alone."""
+        return self.model.device_bytes
+
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text, add_special=self.model.add_bos)
 

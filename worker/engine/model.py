@@ -12,7 +12,7 @@ import llama_cpp
 import structlog
 
 from worker.engine import llama_log
-from worker.engine.backends import Device, ggml, require_backend
+from worker.engine.backends import ggml, require_backend
 from worker.engine.prefix_cache import CacheMode
 from worker.engine.rpc import rpc_devices
 from worker.errors import WorkerError
@@ -55,6 +55,15 @@ FLASH_ATTN = {
 }
 
 
+def _free_memory(devices: list[int]) -> int:
+    total = 0
+    for dev in devices:
+        free, size = ctypes.c_size_t(0), ctypes.c_size_t(0)
+        ggml().ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(size))
+        total += free.value
+    return total
+
+
 def _check_file(path: Path) -> None:
     if not path.is_file():
         raise WorkerError(f"model file not found: {path}; check the --model path")
@@ -80,11 +89,18 @@ class LlamaModel:
         device = require_backend(config.backend, config.device)
         self.path = path
         self.config = config
-        self.model = self._load_model(path, config, device, progress)
+        # The devices that take layers: this machine's GPU (none for cpu) and the rpc servers' ones.
+        local = [ggml().ggml_backend_dev_get(device.index)] if device else []
+        offload = local + list(rpc_devices(config.rpc_servers) if config.rpc_servers else ())
+        free_before = _free_memory(offload)
+        self.model = self._load_model(path, config, local, offload, progress)
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
         self.ctx = self._new_context(config)
+        # What llama.cpp took on the offload devices (weights, KV cells, compute buffers): their free memory before
+        # and after; 0 when everything stays in this process's RAM.
+        self.device_bytes = max(0, free_before - _free_memory(offload)) if offload else 0
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
@@ -95,24 +111,21 @@ class LlamaModel:
         self._piece_buf = ctypes.create_string_buffer(256)
 
     @staticmethod
-    def _load_model(path: Path, config: EngineConfig, device: Device | None,
+    def _load_model(path: Path, config: EngineConfig, local: list[int], offload: list[int],
                     progress: ProgressFn | None) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
         if progress is not None:
             # llama.cpp reports a fraction; the params struct keeps the callback alive for the load.
             params.progress_callback = llama_cpp.llama_progress_callback(
                 lambda fraction, _data: progress("load", round(fraction * 100), 100) or True)
-        offload = device is not None or bool(config.rpc_servers)
         params.n_gpu_layers = (-1 if offload else 0) if config.n_gpu_layers is None else config.n_gpu_layers
         if config.rpc_servers:
-            # This machine's device (none for cpu: it keeps what is not offloaded) and the
-            # remote ones, NULL-terminated; the loader splits the layers by free memory.
-            local = [ggml().ggml_backend_dev_get(device.index)] if device else []
-            remote = rpc_devices(config.rpc_servers)
-            devices = (ctypes.c_void_p * (len(local) + len(remote) + 1))(*local, *remote, None)
+            # The offload devices, NULL-terminated (cpu keeps what is not offloaded); the loader
+            # splits the layers by free memory.
+            devices = (ctypes.c_void_p * (len(offload) + 1))(*offload, None)
             params.devices = ctypes.cast(devices, ctypes.c_void_p)
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_LAYER
-        elif device is not None:
+        elif local:
             params.split_mode = llama_cpp.LLAMA_SPLIT_MODE_NONE
             params.main_gpu = config.device
         llama_log.recent_errors.clear()
