@@ -2,12 +2,13 @@
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
+#   make test-rpc   of those, the RPC test alone (compiles the rpc preset once, ~5-10 minutes); CI runs it after make test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-slow install
+.PHONY: serve test test-slow test-rpc install
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -26,3 +27,6 @@ test: install
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
+
+test-rpc: install
+	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -55,13 +56,23 @@ FLASH_ATTN = {
 }
 
 
-def _free_memory(devices: list[int]) -> int:
-    total = 0
-    for dev in devices:
-        free, size = ctypes.c_size_t(0), ctypes.c_size_t(0)
-        ggml().ggml_backend_dev_memory(dev, ctypes.byref(free), ctypes.byref(size))
-        total += free.value
-    return total
+# llama.cpp logs every buffer it allocates: "<buffer> model|KV|compute|output buffer size = <n> MiB".
+_BUFFER_LINE = re.compile(r"(\S+)\s+(?:model|KV|compute|output|RS) buffer size = +([\d.]+) MiB")
+
+
+@dataclass
+class DeviceBuffers:
+    """Adds up the buffers llama.cpp puts on devices (GPU, rpc), leaving out this machine's RAM.
+
+    The binding has no call for it, and an rpc server reports the free memory it started with, so the
+    sizes come from the lines llama.cpp logs as it allocates; CPU* and *_Host buffers live in RAM.
+    """
+
+    bytes: int = 0
+
+    def __call__(self, line: str) -> None:
+        if (found := _BUFFER_LINE.search(line)) and not found[1].startswith("CPU") and "_Host" not in found[1]:
+            self.bytes += round(float(found[2]) * 2**20)
 
 
 def _check_file(path: Path) -> None:
@@ -92,15 +103,14 @@ class LlamaModel:
         # The devices that take layers: this machine's GPU (none for cpu) and the rpc servers' ones.
         local = [ggml().ggml_backend_dev_get(device.index)] if device else []
         offload = local + list(rpc_devices(config.rpc_servers) if config.rpc_servers else ())
-        free_before = _free_memory(offload)
-        self.model = self._load_model(path, config, local, offload, progress)
+        buffers = DeviceBuffers()
+        with llama_log.listening(buffers):
+            self.model = self._load_model(path, config, local, offload, progress)
+            self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
+            self.ctx = self._new_context(config)
+        self.device_bytes = buffers.bytes  # weights, KV cells and compute buffers off this machine's RAM
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
-        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
-        self.ctx = self._new_context(config)
-        # What llama.cpp took on the offload devices (weights, KV cells, compute buffers): their free memory before
-        # and after; 0 when everything stays in this process's RAM.
-        self.device_bytes = max(0, free_before - _free_memory(offload)) if offload else 0
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
