@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import dataclasses
 import json
+import shutil
 import statistics
 import sys
 import time
@@ -200,6 +201,33 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
     return "\n".join(lines) + "\n"
 
 
+def draw_chart(args: argparse.Namespace, results: list[VariantResult], path: Path) -> bool:
+    """Mean time to first token per turn, one line per server (matplotlib is optional)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed, so no chart: .venv/bin/pip install matplotlib", file=sys.stderr)
+        return False
+    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    turns = range(1, args.turns + 1)
+    for result in results:
+        per_turn = [mean_ms([t.ttft_s for t in result.multi_turn if t.turn == n and not t.error]) for n in turns]
+        ax.plot(list(turns), per_turn, marker="o", label=result.label)
+    ax.set_yscale("log")
+    ax.set_xlabel("turn (history resent each turn)")
+    ax.set_ylabel("mean time to first token (ms)")
+    ax.set_title(f"{args.conversations} conversations at once, {args.answer_tokens}-token answers")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model")
@@ -236,8 +264,12 @@ def main() -> int:
     print(text)
     (args.out / "chat.md").write_text(text)
     (args.out / "chat.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
+    chart = args.out / "chat.png"
+    has_chart = draw_chart(args, results, chart)
     if args.publish:
-        (BENCH_DIR / "CHAT.md").write_text(text)
+        (BENCH_DIR / "CHAT.md").write_text(text + ("\n![time to first token per turn](chat.png)\n" if has_chart else ""))
+        if has_chart:
+            shutil.copyfile(chart, BENCH_DIR / "chat.png")
     return 0
 
 
