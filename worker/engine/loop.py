@@ -23,6 +23,10 @@ from worker.engine.sequence import Sequence, SequenceState
 
 Dispatch = Callable[[Events], None]
 
+# Free slots are settled (see PrefixCache.unsettled) only once the engine has been idle this long: a person
+# reading an answer leaves seconds, while a client that sends its next request at once would only wait.
+SETTLE_AFTER_IDLE_S = 0.25
+
 
 class QueueFull(Exception):
     pass
@@ -57,6 +61,7 @@ class EngineLoop:
         self._scheduler = Scheduler(self.cache, budget)
         self._runner = ModelRunner(model, self.cache, max(budget, self.config.parallel))
         self._steps, self._step_s = 0, 0.0
+        self._busy_until = 0.0  # monotonic time the last request left or arrived
 
     # -- called from other threads -------------------------------------------------
 
@@ -105,8 +110,7 @@ class EngineLoop:
     def _step(self) -> bool:
         events: Events = []
         with self._cond:
-            while not (self._running or self._waiting or self._stopping or self.cache.unsettled(self._free_slots)):
-                self._cond.wait()
+            settle = self._wait_for_work()
             if self._stopping:
                 return False
             started = time.perf_counter()
@@ -114,7 +118,9 @@ class EngineLoop:
             for admission in self._scheduler.admit(self._waiting, self._free_slots):
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
-            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting))
+            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)
+            if self._running or self._waiting:
+                self._busy_until = time.monotonic()
         self._runner.run(plan, events)
         self._collect_finished()
         if events:
@@ -122,6 +128,18 @@ class EngineLoop:
         self._steps += 1
         self._step_s += time.perf_counter() - started
         return True
+
+    def _wait_for_work(self) -> bool:
+        """Sleep until there is a request to serve (False) or free slots to settle after an idle spell (True)."""
+        while not (self._running or self._waiting or self._stopping):
+            if self.cache.unsettled(self._free_slots) is None:
+                self._cond.wait()
+                continue
+            idle = time.monotonic() - self._busy_until
+            if idle >= SETTLE_AFTER_IDLE_S:
+                return True
+            self._cond.wait(SETTLE_AFTER_IDLE_S - idle)
+        return False
 
     def _drop_ended(self, events: Events) -> None:
         """Cancelled and timed-out requests leave before the step is planned."""

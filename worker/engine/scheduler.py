@@ -65,7 +65,8 @@ class Scheduler:
             admitted.append(Admission(sequence, slot, reuse))
         return admitted
 
-    def plan(self, running: list[Sequence], free_slots: list[int], waiting: int) -> StepPlan:
+    def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool) -> StepPlan:
+        """`idle`: the engine has had nothing to do for a while, so settling a free slot costs nobody."""
         decode = sorted((s for s in running if s.state is SequenceState.DECODING), key=lambda s: s.slot)
         prefill, budget = [], self.budget
         for sequence in running:  # in admission order: the oldest prompt finishes first
@@ -80,6 +81,5 @@ class Scheduler:
                 break
             prefill.append(Chunk(sequence, start, end))
             budget -= end - start
-        # Settling is filler: only on an idle engine, so that no running request pays for it.
-        settle = self.cache.unsettled(free_slots) if not (waiting or running) else None
+        settle = self.cache.unsettled(free_slots) if idle and not (waiting or running) else None
         return StepPlan(decode, prefill, settle)
