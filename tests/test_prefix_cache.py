@@ -88,6 +88,11 @@ async def test_cached_tokens_zero_on_a_fresh_prefix(http, base_url):
     reused = again["usage"]["prompt_tokens_details"]["cached_tokens"]
     assert reused > 0 and reused % ALIGN == 0 and reused < again["usage"]["prompt_tokens"]
     assert completion_text(first) == completion_text(again)
+    async with http.get(base_url + "/metrics") as response:
+        metrics = await response.text()
+    counted = float(next(line.split()[-1] for line in metrics.splitlines()
+                         if line.startswith("llm_worker_prompt_tokens_cached_total")))
+    assert counted >= reused
 
 
 async def test_a_prompt_one_token_past_a_chunk_boundary(http, base_url, worker_off):
