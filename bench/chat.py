@@ -18,7 +18,6 @@ import argparse
 import asyncio
 import dataclasses
 import json
-import shutil
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.run import (  # noqa: E402
     BENCH_DIR, LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, environment, find_llama_server,
-    find_model, new_session, running_server,
+    find_model, new_session, publish, running_server,
 )
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
@@ -267,9 +266,7 @@ def main() -> int:
     chart = args.out / "chat.png"
     has_chart = draw_chart(args, results, chart)
     if args.publish:
-        (BENCH_DIR / "CHAT.md").write_text(text + ("\n![time to first token per turn](chat.png)\n" if has_chart else ""))
-        if has_chart:
-            shutil.copyfile(chart, BENCH_DIR / "chat.png")
+        publish(text, chart if has_chart else None, "CHAT.md", "time to first token per turn")
     return 0
 
 

@@ -741,6 +741,14 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     )
 
 
+def publish(report: str, chart: Path | None, name: str, caption: str) -> None:
+    """The report as bench/NAME, and its chart (if drawn) beside it under the chart's own file name."""
+    if chart is not None:
+        shutil.copyfile(chart, BENCH_DIR / chart.name)
+        report += f"\n![{caption}]({chart.name})\n"
+    (BENCH_DIR / name).write_text(report)
+
+
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the servers get stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
@@ -759,9 +767,7 @@ def main(argv: list[str] | None = None) -> int:
     chart = cfg.out_dir / "chart.png"
     has_chart = draw_chart(cfg, runs, chart)
     if cfg.publish:
-        (BENCH_DIR / "RESULTS.md").write_text(report + ("\n![tok/s and TTFT against concurrency](chart.png)\n" if has_chart else ""))
-        if has_chart:
-            shutil.copyfile(chart, BENCH_DIR / "chart.png")
+        publish(report, chart if has_chart else None, "RESULTS.md", "tok/s and TTFT against concurrency")
     print(f"wrote {cfg.out_dir}/latest.md, latest.json{', chart.png' if has_chart else ''} "
           f"in {time.perf_counter() - began:.0f}s", file=sys.stderr)
     return 0
