@@ -71,9 +71,10 @@ class VariantResult:
 
 
 async def chat_turn(session: aiohttp.ClientSession, url: str, messages: list[dict], answer_tokens: int,
-                    no_eos: dict[str, float], turn: Turn) -> str:
+                    no_eos: dict[str, float], turn: Turn, extra: dict | None = None) -> str:
+    """One greedy streamed answer; `extra`: more request fields (bench/structured.py's response_format)."""
     body = {"messages": messages, "max_tokens": answer_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}, "logit_bias": no_eos}
+            "stream_options": {"include_usage": True}, "logit_bias": no_eos, **(extra or {})}
     sent, pieces = time.perf_counter(), []
     async with session.post(url + "/v1/chat/completions", json=body) as response:
         if response.status != 200:

@@ -64,6 +64,15 @@ def start_worker(tmp: Path, *args: str, env: dict[str, str] | None = None, wait:
     return worker
 
 
+def template_worker(tmp: Path, model_path: Path, name: str, template: str, *flags: str,
+                    entry: str = "") -> WorkerProcess:
+    """The test model served as models.toml entry `name` with its own chat template (and `entry`'s extra keys)."""
+    models = tmp / "models.toml"
+    models.write_text(f"[models.{name}]\nchat_template = '''" + template + "'''\n" + entry +
+                      f'[models.{name}.source]\nkind = "path"\npath = "{model_path}"\n')
+    return start_worker(tmp, "--model", name, "--models-file", str(models), *flags)
+
+
 def wait_healthy(worker: WorkerProcess, timeout: float = 120.0) -> None:
     import urllib.error
     import urllib.request

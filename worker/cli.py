@@ -11,6 +11,7 @@ import click
 from worker import __version__
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
+# Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
 
 
@@ -108,6 +109,15 @@ def cli() -> None:
          show_default=True,
          help="llama.cpp's flash attention.  auto: off (its CPU kernels follow the batch shape, so text would "
               "follow the load) unless --prefix-cache fast, where llama.cpp decides.")
+@_option("--reasoning-format", env="REASONING_FORMAT", type=click.Choice(["deepseek", "none"]), default="deepseek",
+         show_default=True,
+         help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "
+              "apart, as reasoning_content; none: left in the answer as written.")
+@_option("--embeddings", env="EMBEDDINGS", is_flag=True, default=False,
+         help="Serve /v1/embeddings from a second llama.cpp context on the same weights; an input may hold "
+              "up to --ubatch-size tokens.")
+@_option("--pooling", env="POOLING", type=click.Choice(["mean", "cls", "last"]), default=None,
+         help="How --embeddings pools a token sequence into one vector.  [default: the GGUF's, else mean]")
 @_option("--threads", "-t", env="THREADS", type=click.IntRange(min=1), default=None,
          help="CPU threads for llama.cpp.  [default: the cores this process may use]")
 @_option("--max-queue", env="MAX_QUEUE", type=click.IntRange(min=0), default=64, show_default=True,
@@ -139,7 +149,7 @@ def serve(**flags) -> None:
       llm-worker serve --model hf:owner/repo --quant Q4_K_M
       llm-worker serve --model big.gguf --rpc 10.0.0.2:50052,10.0.0.3:50052
     """
-    from worker.lifecycle.run import serve as run_serve  # imports llama_cpp: keep --help fast
+    from worker.lifecycle.run import serve as run_serve  # llama_cpp, numpy, gguf: only once serving
     from worker.settings import settings_from_flags
 
     settings = settings_from_flags(flags)

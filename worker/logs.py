@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import logging
 import sys
+from typing import Any
 
 import structlog
+from structlog.typing import EventDict
 
 
-class _ToStructlog(logging.Handler):
-    """A library's stdlib log records (huggingface_hub's download retries) as events in our own format."""
-
-    def emit(self, record: logging.LogRecord) -> None:
-        message = " ".join(record.getMessage().split())  # one line, even when the library wrote several
-        structlog.get_logger(record.name).log(record.levelno, message)
+def _one_line(_logger: Any, _method: str, event: EventDict) -> EventDict:
+    """A library's message on one line, even when it wrote several."""
+    event["event"] = " ".join(str(event["event"]).split())
+    return event
 
 
 def default_format() -> str:
@@ -29,17 +29,24 @@ def configure(fmt: str | None, level: str) -> None:
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )
+    shared = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.format_exc_info,
-            renderer,
-        ],
+        processors=[*shared, structlog.processors.format_exc_info, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    # A library's stdlib records (huggingface_hub's download retries) rendered as our own events.
+    bridge = logging.StreamHandler(sys.stderr)
+    bridge.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name, _one_line],
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                    structlog.processors.format_exc_info, renderer],
+    ))
+    bridge.setLevel(level.upper())  # the library's own level still applies first
     library = logging.getLogger("huggingface_hub")
-    library.handlers, library.propagate = [_ToStructlog()], False
+    library.handlers, library.propagate = [bridge], False

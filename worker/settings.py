@@ -54,8 +54,10 @@ def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
         "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "ubatch_size", "max_queue",
-        "cache_type_k", "cache_type_v", "flash_attn",
+        "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
     )}
+    if flags["pooling"] and not flags["embeddings"]:
+        raise WorkerError(f"--pooling {flags['pooling']} only applies to embeddings: add --embeddings")
     engine_fields["prefix_cache"] = CacheMode(flags["prefix_cache"])
     _check_exact_mode(engine_fields)
     if flags["threads"] is not None:

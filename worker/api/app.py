@@ -6,8 +6,9 @@ import uuid
 
 import structlog
 from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
 
-from worker.api import openai, openapi, orch
+from worker.api import anthropic, embeddings, openai, openapi, orch, tokens
 from worker.api.auth import auth_middleware
 from worker.api.errors import error_middleware
 from worker.api.state import WORKER, WorkerState
@@ -26,12 +27,9 @@ async def request_id_middleware(request: web.Request, handler):
     return response
 
 
-async def metrics(request: web.Request) -> web.Response:
-    return request.app[WORKER].metrics.render()
-
-
 async def openapi_json(request: web.Request) -> web.Response:
-    return web.json_response(openapi.document())
+    engine = request.app[WORKER].engine
+    return web.json_response(openapi.document(engine.n_vocab if engine is not None else None))
 
 
 def build_app(worker: WorkerState) -> web.Application:
@@ -42,6 +40,9 @@ def build_app(worker: WorkerState) -> web.Application:
     app[WORKER] = worker
     app.add_routes(orch.routes)
     app.add_routes(openai.routes)
-    app.router.add_get("/metrics", metrics)
+    app.add_routes(anthropic.routes)
+    app.add_routes(tokens.routes)
+    app.add_routes(embeddings.routes)
+    app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))
     app.router.add_get("/openapi.json", openapi_json)
     return app

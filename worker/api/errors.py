@@ -1,7 +1,8 @@
 """Failures before a response starts -> one JSON error, in each route family's own shape.
 
-OpenAI routes answer {"error": {message, type, param, code, errors}}; the
-pool-manager routes answer the contract's {"errors": [{field, constraint, message, value}]}.
+OpenAI routes (and llama-server's token routes) answer {"error": {message, type, param, code, errors}};
+the pool-manager routes answer the contract's {"errors": [{field, constraint, message, value}]};
+Anthropic's /v1/messages answers {"type": "error", "error": {type, message}}.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ RETRY_AFTER_S = "1"
 class Family(str, enum.Enum):
     OPENAI = "openai"
     ORCH = "orch"
+    ANTHROPIC = "anthropic"
 
 
 class UnknownModel(Exception):
@@ -51,7 +53,8 @@ def classify(exc: Exception) -> Failure | None:
     if isinstance(exc, (NoChatTemplate, ChatTemplateError)):
         return Failure(400, "chat_template", [Problem("messages", "the model's chat template", str(exc))])
     if isinstance(exc, UnknownModel):
-        return Failure(400, "model_not_found", [Problem("model", "the served model", str(exc))])
+        # 404, as OpenAI answers a model it does not have: the body is valid, the model is missing.
+        return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])
     if isinstance(exc, QueueFull):
         return Failure(503, "queue_full", [Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")], True)
     if isinstance(exc, NotReady):
@@ -74,15 +77,37 @@ def orch_body(failure: Failure) -> dict:
     return {"errors": [{**p.as_dict(), "code": failure.code} for p in failure.problems]}
 
 
+def anthropic_error(kind: str, code: str, message: str) -> dict:
+    """Anthropic's error shape, with the worker's own code beside its type (as the OpenAI routes name it)."""
+    return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
+
+
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 503: "overloaded_error"}
+
+
+def anthropic_body(failure: Failure) -> dict:
+    # One message carries every problem, each named by its field unless it names itself.
+    listing = "; ".join(p.message if p.message.startswith(p.field) else f"{p.field}: {p.message}"
+                        for p in failure.problems)
+    return anthropic_error(_ANTHROPIC_TYPES.get(failure.status, "api_error"), failure.code, listing)
+
+
+_BODIES = {Family.OPENAI: openai_body, Family.ORCH: orch_body, Family.ANTHROPIC: anthropic_body}
+
+
 def response(failure: Failure, family: Family) -> web.Response:
-    body = openai_body(failure) if family is Family.OPENAI else orch_body(failure)
     headers = {"Retry-After": RETRY_AFTER_S} if failure.retry else None
-    return web.json_response(body, status=failure.status, headers=headers)
+    return web.json_response(_BODIES[family](failure), status=failure.status, headers=headers)
+
+
+_OPENAI_PATHS = ("/v1/chat", "/v1/completions", "/v1/models", "/v1/embeddings", "/tokenize", "/detokenize",
+                 "/apply-template")
 
 
 def family_of(request: web.Request) -> Family:
-    path = request.path
-    return Family.OPENAI if path.startswith(("/v1/chat", "/v1/completions", "/v1/models")) else Family.ORCH
+    if request.path.startswith("/v1/messages"):
+        return Family.ANTHROPIC
+    return Family.OPENAI if request.path.startswith(_OPENAI_PATHS) else Family.ORCH
 
 
 @web.middleware

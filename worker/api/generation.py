@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
+from dataclasses import replace
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -11,17 +13,23 @@ import structlog
 from worker.api.metrics import Metrics
 from worker.api.schemas import Generation
 from worker.api.state import WorkerState
-from worker.engine import Event, Finished, Request, RequestHandle, TokenEvent
+from worker.engine import Event, Finished, Reasoning, Request, RequestHandle, TokenEvent
 
 log = structlog.get_logger("worker.request")
 
 
-def engine_request(worker: WorkerState, prompt_tokens: list[int], generation: Generation, request_id: str) -> Request:
+def engine_requests(worker: WorkerState, prompt_tokens: list[int], generation: Generation,
+                    request_id: str, reasoning: Reasoning | None = None) -> list[Request]:
+    """One engine request per choice; choice i samples with seed + i, so every choice is repeatable."""
     engine = worker.require_engine()
     # No max_tokens: generate up to the end of this sequence's context.
     max_tokens = generation.max_tokens or max(1, engine.n_ctx_seq - len(prompt_tokens))
-    return Request(prompt_tokens, max_tokens, generation.sampling, generation.stop, request_id,
-                   timeout_s=worker.settings.request_timeout)
+    seed = generation.sampling.seed
+    return [Request(prompt_tokens, max_tokens,
+                    replace(generation.sampling, seed=(seed + i) % 2**64) if seed is not None else generation.sampling,
+                    generation.stop, request_id, timeout_s=worker.settings.request_timeout,
+                    logprobs=generation.logprobs, reasoning=reasoning)
+            for i in range(generation.n)]
 
 
 class TrackedHandle:
@@ -49,6 +57,30 @@ class TrackedHandle:
             yield event
 
 
+async def merged(handles: list[TrackedHandle]) -> AsyncIterator[tuple[int, Event]]:
+    """Every choice's events as they come, each with its choice's index; ends when all have finished."""
+    if len(handles) == 1:  # the common case, without a task per choice
+        async for event in handles[0]:
+            yield 0, event
+        return
+    queue: asyncio.Queue[tuple[int, Event]] = asyncio.Queue()
+
+    async def pump(index: int, handle: TrackedHandle) -> None:
+        async for event in handle:
+            queue.put_nowait((index, event))
+
+    pumps = [asyncio.create_task(pump(index, handle)) for index, handle in enumerate(handles)]
+    try:
+        running = len(handles)
+        while running:
+            index, event = await queue.get()
+            running -= isinstance(event, Finished)
+            yield index, event
+    finally:
+        for task in pumps:
+            task.cancel()
+
+
 def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
     if finished is None:
         log.info("request_done", finish_reason="client_disconnected", e2e_ms=round(e2e_s * 1e3, 1))
@@ -69,15 +101,16 @@ def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
 
 
 @asynccontextmanager
-async def generating(worker: WorkerState, request: Request) -> AsyncIterator[TrackedHandle]:
+async def generating(worker: WorkerState, choices: list[Request]) -> AsyncIterator[list[TrackedHandle]]:
     """Raises the engine's up-front refusals (context, queue) before yielding."""
     started = time.monotonic()
-    handle = worker.require_engine().submit(request)
+    handles = worker.require_engine().submit_choices(choices)
     try:
-        yield TrackedHandle(handle, worker.metrics)
+        yield [TrackedHandle(handle, worker.metrics) for handle in handles]
     finally:
-        # A handler cancelled by a client disconnect lands here mid-stream: free the slot now.
-        handle.cancel()
         e2e_s = time.monotonic() - started
-        worker.metrics.finished(handle.finished, e2e_s)
-        _log_outcome(handle.finished, e2e_s)
+        for handle in handles:
+            # A handler cancelled by a client disconnect lands here mid-stream: free the slots now.
+            handle.cancel()
+            worker.metrics.finished(handle.finished, e2e_s)
+            _log_outcome(handle.finished, e2e_s)

@@ -1,11 +1,14 @@
-"""Prometheus metrics at /metrics: latency histograms, token and request counters, engine gauges."""
+"""Prometheus metrics: latency histograms, token and request counters, engine gauges.
+
+/metrics serves `Metrics.registry` through prometheus-client's own aiohttp handler (api/app.py),
+which also answers OpenMetrics and gzip when the scraper asks for them.
+"""
 
 from __future__ import annotations
 
 from typing import Callable, Iterator
 
-from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -73,9 +76,3 @@ class Metrics:
         self.queue.observe(finished.queue_s)
         if finished.completion_tokens:
             self.ttft.observe(finished.ttft_s)
-
-    def render(self) -> web.Response:
-        response = web.Response(body=generate_latest(self.registry))
-        response.content_type = CONTENT_TYPE_LATEST.split(";")[0]
-        response.charset = "utf-8"
-        return response

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
 from dataclasses import dataclass
@@ -11,11 +12,14 @@ from aiohttp import web
 
 from worker.api import sse
 from worker.api.errors import UnknownModel
-from worker.api.generation import engine_request, generating
+from worker.api.generation import TrackedHandle, engine_requests, generating, merged
+from worker.api.logprobs import CompletionLogprobs, chat_logprobs
 from worker.api.problems import parse_json_object
-from worker.api.schemas import Generation, check_prompt_size, parse_chat, parse_completion, prompt_chars
+from worker.api.schemas import check_prompt_size, parse_chat, parse_completion, prompt_chars
 from worker.api.state import WORKER, WorkerState
-from worker.engine import Finished, FinishReason, TokenEvent
+from worker.api.tools.answer import Answer, Call, Release
+from worker.api.tools.plan import Turn, chat_turn
+from worker.engine import ChatPrompt, Engine, Finished, FinishReason, TokenEvent, TokenLogprob
 
 routes = web.RouteTableDef()
 
@@ -28,45 +32,63 @@ _FAILURES = {
 }
 
 
+Formatter = Callable[[tuple[TokenLogprob, ...]], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class Shape:
-    """How one route family writes a choice, whole or as a streamed delta."""
+    """How one route family writes a choice, whole or as a streamed delta, and its logprobs."""
 
     object: str
     chunk_object: str
     id_prefix: str
-    choice: Callable[[str, str | None], dict[str, Any]]
-    delta: Callable[[str, str | None], dict[str, Any]]
-    opening_delta: dict[str, Any] | None  # chat streams announce the role first
+    # (index, text, reasoning, finish_reason, logprobs, tool calls) -> a choice, whole or as a delta; the calls
+    # are a whole choice's Calls, or a delta's tool_calls entries (only chat has any)
+    choice: Callable[[int, str, str, str | None, dict | None, tuple[Call, ...]], dict[str, Any]]
+    delta: Callable[[int, str, str, str | None, dict | None, list[dict]], dict[str, Any]]
+    opening_delta: Callable[[int], dict[str, Any]] | None  # chat streams announce the role first
+    logprobs: Callable[[int], Formatter]  # a choice's formatter, given the characters before its first token
 
 
 CHAT = Shape(
     object="chat.completion",
     chunk_object="chat.completion.chunk",
     id_prefix="chatcmpl-",
-    choice=lambda text, finish: {"index": 0, "message": {"role": "assistant", "content": text},
-                                 "logprobs": None, "finish_reason": finish},
-    delta=lambda text, finish: {"index": 0, "delta": {"content": text} if text else {},
-                                "logprobs": None, "finish_reason": finish},
-    opening_delta={"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None},
+    choice=lambda index, text, reasoning, finish, logprobs, calls: {
+        "index": index, "message": {"role": "assistant", "content": text if text or not calls else None,
+                                    **({"reasoning_content": reasoning} if reasoning else {}),
+                                    **({"tool_calls": [call.as_json() for call in calls]} if calls else {})},
+        "logprobs": logprobs, "finish_reason": finish},
+    delta=lambda index, text, reasoning, finish, logprobs, calls: {
+        "index": index, "delta": {**({"reasoning_content": reasoning} if reasoning else {}),
+                                  **({"content": text} if text else {}), **({"tool_calls": calls} if calls else {})},
+        "logprobs": logprobs, "finish_reason": finish},
+    opening_delta=lambda index: {
+        "index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None},
+    logprobs=lambda offset: chat_logprobs,
 )
 
+_completion_choice = lambda index, text, _reasoning, finish, logprobs, _calls: {  # noqa: E731
+    "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
 COMPLETION = Shape(
     object="text_completion",
     chunk_object="text_completion",
     id_prefix="cmpl-",
-    choice=lambda text, finish: {"index": 0, "text": text, "logprobs": None, "finish_reason": finish},
-    delta=lambda text, finish: {"index": 0, "text": text, "logprobs": None, "finish_reason": finish},
+    choice=_completion_choice,
+    delta=_completion_choice,
     opening_delta=None,
+    logprobs=lambda offset: CompletionLogprobs(offset).format,
 )
 
 
-def _usage(finished: Finished) -> dict[str, Any]:
+def _usage(choices: list[Finished]) -> dict[str, Any]:
+    """The prompt is prefilled once for all choices; each choice's tokens count."""
+    prompt, completion = choices[0].prompt_tokens, sum(f.completion_tokens for f in choices)
     return {
-        "prompt_tokens": finished.prompt_tokens,
-        "completion_tokens": finished.completion_tokens,
-        "total_tokens": finished.prompt_tokens + finished.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": finished.cached_tokens},
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": choices[0].cached_tokens},
     }
 
 
@@ -81,55 +103,102 @@ def _model(worker: WorkerState, requested: str | None) -> str:
     return worker.model_id
 
 
-async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str,
-                   prompt_tokens: list[int], generation: Generation) -> web.StreamResponse:
+async def _collect(handle: TrackedHandle) -> tuple[str, str, list[TokenLogprob]]:
+    """A whole choice: its answer, its reasoning, its logprob entries."""
+    texts, reasoning, entries = [], [], []
+    async for event in handle:
+        if isinstance(event, TokenEvent):
+            texts.append(event.text)
+            reasoning.append(event.reasoning)
+            entries.extend(event.logprobs)
+    return "".join(texts), "".join(reasoning), entries
+
+
+def _finish_reason(finished: Finished, answer: Answer) -> str:
+    """OpenAI's: "tool_calls" when the model ended its answer after calling tools."""
+    called = answer.called and finished.reason in (FinishReason.EOS, FinishReason.STOP)
+    return "tool_calls" if called else _FINISH_REASONS[finished.reason]
+
+
+async def _send_release(response: web.StreamResponse, chunk: dict[str, Any], shape: Shape, index: int,
+                        release: Release, reasoning: str = "", logprobs: dict | None = None) -> None:
+    """A choice's newly released text (with its reasoning and logprobs), then its new calls, as deltas."""
+    if release.text or reasoning or logprobs is not None:
+        delta = shape.delta(index, release.text, reasoning, None, logprobs, [])
+        await sse.send(response, {**chunk, "choices": [delta]})
+    for call in release.calls:
+        for part in call.deltas():
+            await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", None, None, part)]})
+
+
+async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str, turn: Turn,
+                   echo: str) -> web.StreamResponse:
+    """`echo`: text that leads every choice (a completion's prompt, when asked for)."""
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
-    job = engine_request(worker, prompt_tokens, generation, request["request_id"])
-    async with generating(worker, job) as handle:
+    prompt, generation = turn.prompt, turn.generation
+    choices = engine_requests(worker, prompt.tokens, generation, request["request_id"], prompt.reasoning)
+    wants_logprobs = generation.logprobs is not None
+    formats = [shape.logprobs(len(echo)) for _ in choices]
+    answers = [turn.answers() for _ in choices]
+    async with generating(worker, choices) as handles:
         if not generation.stream:
-            texts = [event.text async for event in handle if isinstance(event, TokenEvent)]
-            finished = handle.finished
-            if finished.reason not in _FINISH_REASONS:
-                return web.json_response(_failure(finished), status=_FAILURES[finished.reason][0])
+            outputs = await asyncio.gather(*(_collect(handle) for handle in handles))
+            finished = [handle.finished for handle in handles]
+            if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
+                return web.json_response(_failure(failed), status=_FAILURES[failed.reason][0])
+            releases = [answer.feed(text) + answer.finish() for answer, (text, _, _) in zip(answers, outputs)]
             return web.json_response({
                 **header, "object": shape.object,
-                "choices": [shape.choice("".join(texts), _FINISH_REASONS[finished.reason])],
+                "choices": [shape.choice(index, echo + release.text, reasoning, _finish_reason(f, answers[index]),
+                                         formats[index](tuple(entries)) if wants_logprobs else None, release.calls)
+                            for index, ((_, reasoning, entries), f, release)
+                            in enumerate(zip(outputs, finished, releases))],
                 "usage": _usage(finished),
             })
         chunk = {**header, "object": shape.chunk_object}
         response = await sse.open_stream(request)
-        if shape.opening_delta:
-            await sse.send(response, {**chunk, "choices": [shape.opening_delta]})
-        async for event in handle:
+        for index in range(len(handles)):
+            if shape.opening_delta:
+                await sse.send(response, {**chunk, "choices": [shape.opening_delta(index)]})
+            if echo:
+                await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, None, [])]})
+        async for index, event in merged(handles):
             if isinstance(event, TokenEvent):
-                await sse.send(response, {**chunk, "choices": [shape.delta(event.text, None)]})
-        finished = handle.finished
-        if finished.reason in _FINISH_REASONS:
-            await sse.send(response, {**chunk, "choices": [shape.delta("", _FINISH_REASONS[finished.reason])]})
-        else:
-            await sse.send(response, _failure(finished))
-        if generation.include_usage:
-            await sse.send(response, {**chunk, "choices": [], "usage": _usage(finished)})
+                logprobs = formats[index](event.logprobs) if wants_logprobs else None
+                await _send_release(response, chunk, shape, index, answers[index].feed(event.text), event.reasoning,
+                                    logprobs)
+            elif event.reason in _FINISH_REASONS:
+                await _send_release(response, chunk, shape, index, answers[index].finish())
+                finish = _finish_reason(event, answers[index])
+                await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", finish, None, [])]})
+            else:
+                await sse.send(response, _failure(event))
+                break  # leaving `generating` ends the other choices too
+        if generation.include_usage and all(handle.finished for handle in handles):
+            await sse.send(response, {**chunk, "choices": [], "usage": _usage([h.finished for h in handles])})
         await response.write(sse.DONE)
         return response
 
 
-def _generation_route(path: str, parse: Callable, shape: Shape, prompt_tokens: Callable) -> None:
-    """Chat and completions differ only in how they parse, tokenize and shape; the rest is shared."""
+def _generation_route(path: str, parse: Callable, shape: Shape, prepare: Callable[[Engine, Any], Turn]) -> None:
+    """Chat and completions differ only in how they parse, prepare (prompt, tools) and shape; the rest is shared."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         worker = request.app[WORKER]
         engine = worker.require_engine()
-        parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling)
+        parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
+                       max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem)
         check_prompt_size(*prompt_chars(parsed), engine.n_ctx_seq)
         model = _model(worker, parsed.model)
-        return await _respond(request, worker, shape, model, prompt_tokens(engine, parsed), parsed.generation)
+        echo = parsed.prompt if parsed.generation.echo else ""
+        return await _respond(request, worker, shape, model, prepare(engine, parsed), echo)
 
     routes.post(path)(handler)
 
 
-_generation_route("/v1/chat/completions", parse_chat, CHAT, lambda engine, chat: engine.tokenize_chat(chat.messages))
-_generation_route("/v1/completions", parse_completion, COMPLETION, lambda engine, text: engine.tokenize(text.prompt))
+_generation_route("/v1/chat/completions", parse_chat, CHAT, chat_turn)
+_generation_route("/v1/completions", parse_completion, COMPLETION,
+                  lambda engine, text: Turn(ChatPrompt(engine.tokenize(text.prompt), reasoning=None), text.generation))
 
 
 @routes.get("/v1/models")

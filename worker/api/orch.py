@@ -6,7 +6,7 @@ from aiohttp import web
 
 from worker.api import sse
 from worker.api.errors import RETRY_AFTER_S, classify
-from worker.api.generation import engine_request, generating
+from worker.api.generation import engine_requests, generating
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.schemas import ExecuteRequest, parse_execute
 from worker.api.state import WORKER, Phase, WorkerState
@@ -81,7 +81,8 @@ def _end_events(finished: Finished, vram: int) -> list[dict]:
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
     tokens = worker.require_engine().tokenize(job.prompt)
-    async with generating(worker, engine_request(worker, tokens, job.generation, request["request_id"])) as handle:
+    choices = engine_requests(worker, tokens, job.generation, request["request_id"])
+    async with generating(worker, choices) as (handle,):
         worker.jobs[job.job_id] = handle.cancel
         try:
             stream = await sse.open_stream(request)
@@ -104,8 +105,8 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
 @routes.post("/v1/inference")
 async def execute(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
-    worker.require_engine()
-    job = parse_execute(parse_json_object(await request.read()), worker.sampling)
+    engine = worker.require_engine()
+    job = parse_execute(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem)
     if job.job_id in worker.jobs:
         raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running", job.job_id)])
     try:

@@ -10,6 +10,11 @@ from typing import Any
 _MISSING = object()
 
 
+def integral(value: Any) -> Any:
+    """JSON has one number type: 79.0 is the integer 79, as JSON Schema says; anything else is unchanged."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
 @dataclass(frozen=True)
 class Problem:
     field: str
@@ -90,6 +95,8 @@ class Reader:
         value = self._get(name, required)
         if value is _MISSING or (value is None and nullable):
             return default
+        if integer:
+            value = integral(value)
         kind = "an integer" if integer else "a number"
         constraint = " <= ".join(str(x) for x in (low, name, high) if x is not None)
         ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))

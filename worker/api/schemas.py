@@ -6,15 +6,20 @@ contract has its own narrower table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from worker.api.problems import InvalidRequest, Problem, Reader
+from worker.api.structured import GrammarCheck, execute_grammar, openai_grammar
+from worker.api.tools.request import Tools, history_fields, read_tools
 from worker.engine import SamplingParams
 from worker.errors import WorkerError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_BYTES = 256
+EXECUTE_STOP_STRINGS = 4  # the pool-manager contract's own, narrower limits
+EXECUTE_STOP_BYTES = 100
+ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's
 
 
 @dataclass(frozen=True)
@@ -26,13 +31,18 @@ class Generation:
     stop: tuple[str, ...]
     stream: bool = False
     include_usage: bool = False
+    n: int = 1  # choices, sampled side by side from one prefilled prompt
+    logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
+    echo: bool = False  # completions: the prompt leads the text
 
 
 @dataclass(frozen=True)
 class ChatRequest:
     model: str | None
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]  # {role, content}, and an assistant's tool_calls or a tool's tool_call_id
     generation: Generation
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
+    tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
 
 
 @dataclass(frozen=True)
@@ -51,14 +61,12 @@ class ExecuteRequest:
 
 # OpenAI parameters this worker does not implement: refusing them beats ignoring them.
 _UNSUPPORTED = {
-    "tools": "tool calling is not supported",
-    "functions": "function calling is not supported",
-    "response_format": "structured output is not supported",
-    "logprobs": "logprobs are not supported",
-    "top_logprobs": "logprobs are not supported",
+    "functions": "the deprecated functions field is not supported; send tools",
+    "function_call": "the deprecated function_call field is not supported; send tools and tool_choice",
     "suffix": "suffix (infill) is not supported",
-    "best_of": "best_of is not supported",
 }
+MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
+MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
 
 
 def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingParams:
@@ -67,7 +75,7 @@ def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingP
     return replace(
         base,
         temperature=r.number("temperature", base.temperature, low=0, high=2, nullable=True),
-        top_k=r.number("top_k", base.top_k, low=0, integer=True),
+        top_k=r.number("top_k", base.top_k, low=0, integer=True, nullable=True),
         top_p=r.number("top_p", base.top_p, low=0, high=1, nullable=True),
         min_p=r.number("min_p", base.min_p, low=0, high=1),
         repeat_penalty=r.number("repetition_penalty", repeat, low=0, high=2),
@@ -88,25 +96,50 @@ def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
     return params
 
 
-def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams) -> Generation:
+def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int,
+                       check_grammar: GrammarCheck | None) -> Generation:
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False, [], {}):
             r.problem(name, "not supported", why, r.body[name])
-    if r.number("n", 1, integer=True) not in (1, None):
-        r.problem("n", "n == 1", "only n = 1 is supported", r.body.get("n"))
-    if r.boolean("echo"):
-        r.problem("echo", "echo == false", "echo is not supported", True)
+    n = r.number("n", 1, low=1, integer=True, nullable=True) or 1
+    if n > max_choices:
+        r.problem("n", f"n <= {max_choices}", f"n = {n} choices run side by side, and this worker has "
+                  f"{max_choices} slots (--parallel)", n)
     max_tokens = r.number("max_completion_tokens", None, low=1, high=2**31 - 1, integer=True, nullable=True)
     max_tokens = r.number("max_tokens", max_tokens, low=1, high=2**31 - 1, integer=True, nullable=True)
-    sampling = _openai_sampling(r, n_vocab, base)
+    sampling = replace(_openai_sampling(r, n_vocab, base), grammar=openai_grammar(r, check_grammar))
     stream = r.boolean("stream")
     options = r.body.get("stream_options")
     if options is not None and not isinstance(options, dict):
         r.problem("stream_options", "an object", "stream_options must be an object", options)
         options = None
-    include_usage = Reader(options or {}).boolean("include_usage")
+    nested = Reader(options or {})
+    include_usage = nested.boolean("include_usage")
+    r.problems += [replace(p, field=f"stream_options.{p.field}") for p in nested.problems]
     stop = r.stop_strings("stop", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=True)
-    return Generation(max_tokens, sampling, stop, stream, include_usage)
+    return Generation(max_tokens, sampling, stop, stream, include_usage, n)
+
+
+def _chat_logprobs(r: Reader) -> int | None:
+    wanted = r.boolean("logprobs")
+    top = r.number("top_logprobs", None, low=0, high=MAX_TOP_LOGPROBS, integer=True, nullable=True)
+    if top is not None and not wanted:
+        r.problem("top_logprobs", "logprobs == true", "top_logprobs needs logprobs: true", top)
+    return (top or 0) if wanted else None
+
+
+def _completion_extras(r: Reader, generation: Generation) -> Generation:
+    """Completions' own fields: logprobs as a count, echo, and best_of (only as many as n: nothing is ranked)."""
+    logprobs = r.number("logprobs", None, low=0, high=MAX_COMPLETION_LOGPROBS, integer=True, nullable=True)
+    echo = r.boolean("echo")
+    if echo and logprobs is not None:
+        r.problem("echo", "echo without logprobs", "echo with logprobs would need the prompt's logprobs, "
+                  "which are not computed; send one or the other", True)
+    best_of = r.number("best_of", None, low=1, integer=True, nullable=True)
+    if best_of not in (None, generation.n):
+        r.problem("best_of", f"best_of == n ({generation.n})",
+                  "best_of may only equal n: choices are returned, not ranked", best_of)
+    return replace(generation, logprobs=logprobs, echo=echo)
 
 
 def _logit_bias(r: Reader, n_vocab: int) -> dict[int, float]:
@@ -119,7 +152,8 @@ def _logit_bias(r: Reader, n_vocab: int) -> dict[int, float]:
         return {}
     biases = {}
     for key, bias in raw.items():
-        ok_token = isinstance(key, str) and key.isdigit() and int(key) < n_vocab
+        # isascii: "²" and other Unicode digits pass isdigit() but not int().
+        ok_token = isinstance(key, str) and key.isascii() and key.isdigit() and int(key) < n_vocab
         ok_bias = isinstance(bias, (int, float)) and not isinstance(bias, bool) and -100 <= bias <= 100
         if not (ok_token and ok_bias):
             r.problem(f"logit_bias.{key}", constraint, f"logit_bias entry {key!r}: {bias!r} is out of range", bias)
@@ -155,7 +189,8 @@ def check_prompt_size(field: str, chars: int, n_ctx_seq: int) -> None:
                              code="context_length_exceeded")
 
 
-def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams()) -> ChatRequest:
+def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
+               max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> ChatRequest:
     r = Reader(body)
     model = r.string("model")
     raw = r.body.get("messages")
@@ -164,15 +199,39 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
         r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
     else:
         for i, message in enumerate(raw):
-            if not isinstance(message, dict) or not isinstance(message.get("role"), str):
-                r.problem(f"messages[{i}]", "{role, content}", "each message needs a string role", message)
+            if not isinstance(message, dict):
+                r.problem(f"messages[{i}]", "{role, content}", "each message must be an object", message)
                 continue
-            content = _text_content(r, i, message.get("content"))
-            if content is not None:
-                messages.append({"role": message["role"], "content": content})
-    generation = _openai_generation(r, n_vocab, defaults)
+            role = message.get("role")
+            if role not in ROLES:
+                # An unknown role renders as text the model never saw in training: it may never stop.
+                r.problem(f"messages[{i}].role", f"one of {', '.join(ROLES)}",
+                          f"messages[{i}].role must be one of {', '.join(ROLES)}", role)
+            tool_fields = history_fields(r, i, message)
+            # An assistant message that only calls tools has no content.
+            calls_only = role == "assistant" and message.get("tool_calls") and message.get("content") is None
+            content = "" if calls_only else _text_content(r, i, message.get("content"))
+            if role in ROLES and content is not None:
+                # OpenAI's newer name for the system role; chat templates written before it know only "system".
+                messages.append({"role": "system" if role == "developer" else role, "content": content, **tool_fields})
+    generation = replace(_openai_generation(r, n_vocab, defaults, max_choices, check_grammar),
+                         logprobs=_chat_logprobs(r))
+    tools = read_tools(r)
+    if tools is not None and tools.forced and generation.sampling.grammar is not None:
+        r.problem("tool_choice", "no grammar or JSON response_format beside a forced call",
+                  "a forced tool call samples under its own grammar; send tool_choice auto, or no grammar "
+                  "and no JSON response_format", r.body.get("tool_choice"))
+    if r.boolean("echo"):
+        r.problem("echo", "echo == false", "echo is a completions field; chat does not repeat the messages", True)
+    template_kwargs = r.body.get("chat_template_kwargs")
+    if template_kwargs is None:
+        template_kwargs = {}
+    elif not isinstance(template_kwargs, dict):
+        r.problem("chat_template_kwargs", "an object", "chat_template_kwargs must be an object of template "
+                  "variables, e.g. {\"enable_thinking\": false}", template_kwargs)
+        template_kwargs = {}
     r.done()
-    return ChatRequest(model, messages, generation)
+    return ChatRequest(model, messages, generation, template_kwargs, tools)
 
 
 def prompt_chars(request: ChatRequest | CompletionRequest) -> tuple[str, int]:
@@ -181,7 +240,8 @@ def prompt_chars(request: ChatRequest | CompletionRequest) -> tuple[str, int]:
     return "prompt", len(request.prompt)
 
 
-def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams()) -> CompletionRequest:
+def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
+                     max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> CompletionRequest:
     r = Reader(body)
     model = r.string("model")
     prompt = body.get("prompt")
@@ -189,12 +249,15 @@ def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParam
         prompt = prompt[0]  # the SDK's list form with a single prompt
     if not isinstance(prompt, str):
         r.problem("prompt", "a string", "prompt must be a string (or a list of exactly one string)", prompt)
-    generation = _openai_generation(r, n_vocab, defaults)
+    elif not prompt:
+        r.problem("prompt", "1 <= len(prompt)", "prompt is empty: there is nothing to continue", prompt)
+    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar))
     r.done()
     return CompletionRequest(model, prompt, generation)
 
 
-def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParams()) -> ExecuteRequest:
+def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
+                  check_grammar: GrammarCheck | None = None) -> ExecuteRequest:
     """The pool-manager contract's execute request over the model's sampling defaults; unknown fields are ignored."""
     r = Reader(body)
     job_id = r.string("job_id", required=True, min_length=1)
@@ -208,7 +271,8 @@ def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParam
         min_p=r.number("min_p", defaults.min_p, low=0, high=1),
         repeat_penalty=r.number("repetition_penalty", defaults.repeat_penalty, low=0, high=2),
         seed=r.number("seed", None, low=0, high=2**64 - 1, integer=True, nullable=True),
+        grammar=execute_grammar(r, check_grammar),
     )
-    stop = r.stop_strings("stop", max_items=4, max_bytes=100, allow_single=False)
+    stop = r.stop_strings("stop", max_items=EXECUTE_STOP_STRINGS, max_bytes=EXECUTE_STOP_BYTES, allow_single=False)
     r.done()
     return ExecuteRequest(job_id, prompt, Generation(max_tokens, sampling, stop, stream=True))

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from worker.engine.reasoning import thinks
 from worker.errors import WorkerError
 
 
@@ -18,15 +21,20 @@ class ChatTemplateError(WorkerError):
 class ChatTemplate:
     def __init__(self, source: str | None, bos_text: str, eos_text: str) -> None:
         self.bos_text = bos_text
+        self.source = source  # read for the tool-call format it speaks (worker.api.tools.formats)
+        self.thinks = thinks(source)
         self._formatter = Jinja2ChatFormatter(source, eos_token=eos_text, bos_token=bos_text) if source else None
 
-    def render(self, messages: list[dict[str, str]]) -> str:
+    def render(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None,
+               tools: list[dict[str, Any]] | None = None) -> str:
+        """`template_kwargs`: extra template variables (e.g. enable_thinking), as chat_template_kwargs;
+        `tools`: the template's `tools` variable (OpenAI's tool objects), None when none are offered."""
         if self._formatter is None:
             raise NoChatTemplate(
                 "this model's GGUF has no chat template (tokenizer.chat_template); "
                 "use /v1/completions with a prompt you format yourself"
             )
         try:
-            return self._formatter(messages=messages).prompt
+            return self._formatter(messages=messages, tools=tools, **(template_kwargs or {})).prompt
         except Exception as exc:  # jinja raises anything, including raise_exception() from templates
             raise ChatTemplateError(f"the chat template rejected the messages: {exc}") from None

@@ -9,20 +9,31 @@ from __future__ import annotations
 
 import codecs
 
+from worker.engine.reasoning import ThinkingSplit
+
 
 class StreamingText:
-    def __init__(self, stop: tuple[str, ...] = ()) -> None:
+    def __init__(self, stop: tuple[str, ...] = (), thinking: ThinkingSplit | None = None) -> None:
         # "replace" so that invalid bytes from a model never crash a stream.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)
         self._held = ""  # decoded text that might still start a stop string
         self.matched: str | None = None
+        self.thinking = thinking  # a thinking model's reasoning is split off before stop strings look
+
+    def _answer(self, piece: bytes, final: bool = False) -> str:
+        text = self._utf8.decode(piece, final=final)
+        return self.thinking.feed(text) if self.thinking is not None else text
+
+    def take_reasoning(self) -> str:
+        """Reasoning text released since the last call ("" for a model that does not think)."""
+        return self.thinking.take_reasoning() if self.thinking is not None else ""
 
     def feed(self, piece: bytes) -> str:
-        """Add one token's bytes; return the text that is now safe to release."""
+        """Add one token's bytes; return the answer text that is now safe to release."""
         if self.matched is not None:
             return ""
-        self._held += self._utf8.decode(piece)
+        self._held += self._answer(piece)
         if not self._stop:
             out, self._held = self._held, ""
             return out
@@ -56,6 +67,8 @@ class StreamingText:
         """At the end of generation: everything still held (no stop string matched)."""
         if self.matched is not None:
             return ""
-        out = self._held + self._utf8.decode(b"", final=True)
+        out = self._held + self._answer(b"", final=True)
+        if self.thinking is not None:
+            out += self.thinking.flush()
         self._held = ""
         return out

@@ -5,15 +5,20 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from worker.engine.chat import ChatTemplate
+from worker.engine.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.grammar import grammar_problem
 from worker.engine.handle import RequestHandle
 from worker.engine.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.loop import EngineLoop, SchedulerStats
-from worker.engine.requests import Request
+from worker.engine.reasoning import opens_in_prompt
+from worker.engine.requests import Reasoning, Request
 from worker.engine.runner import Events
 from worker.engine.sequence import Sequence
 
@@ -37,10 +42,18 @@ class EmptyPrompt(ValueError):
     pass
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    tokens: list[int]
+    reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
+
+
 class Engine:
-    def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None) -> None:
+    def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None,
+                 template_kwargs: dict[str, Any] | None = None) -> None:
         self.model = model
         self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text, eos_text=model.eos_text)
+        self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
         self._loop = loop
         self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
         self._warm = threading.Event()
@@ -49,14 +62,15 @@ class Engine:
 
     @classmethod
     def load(cls, path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop,
-             progress: ProgressFn | None = None, chat_template: str | None = None) -> Engine:
+             progress: ProgressFn | None = None, chat_template: str | None = None,
+             template_kwargs: dict[str, Any] | None = None) -> Engine:
         """Blocking: load the GGUF, create the context, start the engine thread, warm it up.
 
         Events are delivered on `loop`; `progress` hears the load and warmup stages;
-        `chat_template` replaces the GGUF's own (a models.toml override).
+        `chat_template` replaces the GGUF's own and `template_kwargs` sets its variables (models.toml).
         """
         model = LlamaModel(path, config, progress)
-        engine = cls(model, loop, chat_template)
+        engine = cls(model, loop, chat_template, template_kwargs)
         if progress is not None:
             progress("warmup", 0, 1)
         engine._thread.start()
@@ -69,7 +83,8 @@ class Engine:
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
                  chat_template="models.toml" if chat_template else "gguf", prefix_cache=config.prefix_cache.value,
-                 flash_attn=model.flash_attn, cache_type_k=config.cache_type_k, cache_type_v=config.cache_type_v)
+                 flash_attn=model.flash_attn, cache_type_k=config.cache_type_k, cache_type_v=config.cache_type_v,
+                 embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch)
         return engine
 
     def _run(self) -> None:
@@ -106,27 +121,96 @@ class Engine:
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text, add_special=self.model.add_bos)
 
-    def tokenize_chat(self, messages: list[dict[str, str]]) -> list[int]:
-        prompt = self.chat.render(messages)
+    def tokenize_chat(self, messages: list[dict[str, str]], prefill: str = "") -> list[int]:
+        return self.chat_prompt(messages, prefill=prefill).tokens
+
+    def chat_prompt(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None,
+                    prefill: str = "", tools: list[dict[str, Any]] | None = None) -> ChatPrompt:
+        """The conversation through the chat template, and how to split the reply if the model thinks.
+
+        `template_kwargs`: extra template variables (chat_template_kwargs); `prefill` starts the answer
+        for the model to continue (after the template's generation prompt); `tools`: the tools on offer.
+        """
+        prompt = self.chat.render(messages, {**self.template_kwargs, **(template_kwargs or {})}, tools) + prefill
         # A template that writes BOS itself must not get a second one from the tokenizer.
         add_bos = self.model.add_bos and not prompt.startswith(self.chat.bos_text)
-        return self.model.tokenize(prompt, add_special=add_bos)
+        reasoning = None
+        if self.chat.thinks and self.model.config.reasoning_format == "deepseek":
+            reasoning = Reasoning(opened_in_prompt=opens_in_prompt(prompt))
+        return ChatPrompt(self.model.tokenize(prompt, add_special=add_bos), reasoning)
+
+    def grammar_problem(self, text: str) -> str | None:
+        """Why llama.cpp would refuse `text` as a request's grammar, or None: checked before queueing, so the
+        engine thread never meets a grammar it cannot build. Reads only the vocab, so any thread may call it."""
+        return grammar_problem(self.model.vocab, text)
 
     def submit(self, request: Request) -> RequestHandle:
         """Queue a request; raises ContextLengthExceeded, EmptyPrompt or loop.QueueFull up front."""
-        n_prompt = len(request.prompt_tokens)
+        return self.submit_choices([request])[0]
+
+    def submit_choices(self, choices: list[Request]) -> list[RequestHandle]:
+        """Queue several choices of one prompt (they differ in sampling): the prompt is prefilled once
+        and its cells copied to the others' slots. At most `parallel` choices: they run side by side."""
+        first = choices[0]
+        if len(choices) > self.model.config.parallel:
+            raise ValueError(f"{len(choices)} choices need more than the {self.model.config.parallel} slots")
+        if any(choice.prompt_tokens != first.prompt_tokens for choice in choices):
+            raise ValueError("the choices of one request share its prompt")
+        n_prompt = len(first.prompt_tokens)
         if n_prompt == 0:
             raise EmptyPrompt("the prompt is empty after tokenization")
-        if n_prompt + request.max_tokens > self.n_ctx_seq:
-            raise ContextLengthExceeded(n_prompt, request.max_tokens, self.n_ctx_seq)
-        sequence = Sequence(request)
-        handle = RequestHandle(sequence, self._steps.cancel)
-        sequence.handle = handle
-        self._steps.add(sequence)
-        return handle
+        longest = max(choice.max_tokens for choice in choices)
+        if n_prompt + longest > self.n_ctx_seq:
+            raise ContextLengthExceeded(n_prompt, longest, self.n_ctx_seq)
+        sequences = [Sequence(choice) for choice in choices]
+        parent, forks = sequences[0], sequences[1:]
+        parent.forks = forks
+        for fork in forks:
+            fork.parent = parent
+        handles = []
+        for sequence in sequences:
+            sequence.handle = RequestHandle(sequence, self._steps.cancel)
+            handles.append(sequence.handle)
+        self._steps.add(parent)
+        return handles
 
     def stats(self) -> SchedulerStats:
         return self._steps.stats()
+
+    @property
+    def pooling(self) -> str | None:
+        """How /v1/embeddings pools a vector per input: mean, cls or last; None: started without --embeddings."""
+        return self.model.pooling
+
+    @property
+    def embedding_width(self) -> int:
+        return self.model.n_embd
+
+    def tokenize_inputs(self, inputs: list[str | list[int]]) -> list[list[int]]:
+        """Embedding inputs: texts as llama-server tokenizes them (BOS and EOS as the vocab asks), token ids as sent."""
+        return [self.model.tokenize(item, add_special=True) if isinstance(item, str) else item for item in inputs]
+
+    async def embed(self, inputs: list[list[int]]) -> list[Vector]:
+        """Each input's pooled, L2-normalized vector, decoded on the engine thread between generation steps.
+
+        Raises UnfitInputs or loop.QueueFull up front, EmbeddingFailed when no vectors came.
+        """
+        if self.pooling is None:
+            raise RuntimeError("this engine was loaded without embeddings")
+        check_inputs(inputs, self.model.embed_n_batch)
+        future: asyncio.Future[list[Vector]] = self._loop.create_future()
+        job = EmbeddingJob(inputs, partial(self._resolve, future))
+        self._steps.add_embedding(job)
+        try:
+            return await future
+        except asyncio.CancelledError:
+            job.cancelled = True  # the engine skips what it has not decoded yet
+            raise
+
+    def _resolve(self, future: asyncio.Future, outcome: Outcome) -> None:
+        """Engine thread -> event loop, as _post does for generation events."""
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(_settle, future, outcome)
 
     def _post(self, events: Events) -> None:
         """Engine thread -> event loop: one wake-up per step, however many events."""
@@ -146,3 +230,11 @@ class Engine:
         if not self._thread.is_alive():  # never free the context under a running decode
             self.model.close()
 
+
+def _settle(future: asyncio.Future, outcome: Outcome) -> None:
+    if future.done():  # the caller stopped waiting
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)

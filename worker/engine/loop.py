@@ -14,6 +14,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from worker.engine.embeddings import Embedder, EmbeddingJob
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache
 from worker.engine.requests import FinishReason
@@ -60,16 +61,25 @@ class EngineLoop:
         budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
         self._scheduler = Scheduler(self.cache, budget)
         self._runner = ModelRunner(model, self.cache, max(budget, self.config.parallel))
+        # Embedding jobs decode in their own context, but on this thread: never two llama_decode calls at once.
+        self._embeds: deque[EmbeddingJob] = deque()
+        self._embedder = Embedder(model) if model.embed_ctx else None
         self._steps, self._step_s = 0, 0.0
         self._busy_until = 0.0  # monotonic time the last request left or arrived
 
     # -- called from other threads -------------------------------------------------
 
     def add(self, sequence: Sequence) -> None:
+        self._enqueue(self._waiting, sequence, "requests")
+
+    def add_embedding(self, job: EmbeddingJob) -> None:
+        self._enqueue(self._embeds, job, "embedding requests")
+
+    def _enqueue(self, queue: deque, item: Sequence | EmbeddingJob, what: str) -> None:
         with self._cond:
-            if len(self._waiting) >= self.config.max_queue:
-                raise QueueFull(f"{len(self._waiting)} requests are already waiting")
-            self._waiting.append(sequence)
+            if len(queue) >= self.config.max_queue:
+                raise QueueFull(f"{len(queue)} {what} are already waiting")
+            queue.append(item)
             self._cond.notify()
 
     def cancel(self, sequence: Sequence) -> None:
@@ -86,7 +96,7 @@ class EngineLoop:
         running = list(self._running)
         return SchedulerStats(
             running=len(running),
-            waiting=len(self._waiting),
+            waiting=len(self._waiting) + len(self._embeds),  # unanswered embedding requests too: drain waits for them
             slots=self.config.parallel,
             # From positions, not native calls: running sequences hold n_past cells each.
             kv_cells_used=sum(seq.n_past for seq in running),
@@ -106,6 +116,8 @@ class EngineLoop:
         finally:
             self._finish_all(FinishReason.CANCELLED, "the worker is shutting down")
             self._runner.close()
+            if self._embedder is not None:
+                self._embedder.close()
 
     def _step(self) -> bool:
         events: Events = []
@@ -119,19 +131,22 @@ class EngineLoop:
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
             plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)
+            embeds = self._embedder.plan(self._embeds) if self._embeds else []
             if self._running or self._waiting:
                 self._busy_until = time.monotonic()
         self._runner.run(plan, events)
         self._collect_finished()
         if events:
             self._dispatch(events)
+        if embeds:  # after the step's tokens are on their way
+            self._embedder.run(embeds)
         self._steps += 1
         self._step_s += time.perf_counter() - started
         return True
 
     def _wait_for_work(self) -> bool:
         """Sleep until there is a request to serve (False) or free slots to settle after an idle spell (True)."""
-        while not (self._running or self._waiting or self._stopping):
+        while not (self._running or self._waiting or self._embeds or self._stopping):
             if self.cache.unsettled(self._free_slots) is None:
                 self._cond.wait()
                 continue
@@ -155,8 +170,7 @@ class EngineLoop:
         for seq in list(self._waiting):
             if (end := ending(seq)) is not None:
                 self._waiting.remove(seq)
-                seq.state = SequenceState.FINISHED
-                events.append((seq, finished_event(seq, *end)))
+                _finish_waiting(seq, *end, events)
         for seq in self._running:
             if (end := ending(seq)) is not None:
                 self._runner.retire(seq, end[0], events, end[1])
@@ -175,8 +189,15 @@ class EngineLoop:
                 self._runner.retire(seq, reason, events, message)
             self._collect_finished()
             while self._waiting:
-                seq = self._waiting.popleft()
-                seq.state = SequenceState.FINISHED
-                events.append((seq, finished_event(seq, reason, message)))
+                _finish_waiting(self._waiting.popleft(), reason, message, events)
+            if self._embedder is not None:
+                self._embedder.fail_all(self._embeds, message)
         if events:
             self._dispatch(events)
+
+
+def _finish_waiting(seq: Sequence, reason: FinishReason, message: str, events: Events) -> None:
+    """A request that never got a slot ends, and its forks (which wait with it) too."""
+    for each in (seq, *seq.forks):
+        each.state = SequenceState.FINISHED
+        events.append((each, finished_event(each, reason, message)))

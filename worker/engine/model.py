@@ -7,7 +7,6 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import llama_cpp
 import structlog
@@ -17,13 +16,11 @@ from worker.engine.backends import ggml, require_backend
 from worker.engine.prefix_cache import CacheMode
 from worker.engine.rpc import rpc_devices
 from worker.errors import WorkerError
+from worker.progress import ProgressFn
 
 log = structlog.get_logger(__name__)
 
 GGUF_MAGIC = b"GGUF"
-
-# (stage, done, total): how loading stages report their progress.
-ProgressFn = Callable[[str, int, int], None]
 
 
 def default_threads() -> int:
@@ -46,6 +43,9 @@ class EngineConfig:
     cache_type_k: str = "f16"  # KV cell types: one of KV_CACHE_TYPES
     cache_type_v: str = "f16"
     flash_attn: str = "auto"  # one of FLASH_ATTN
+    reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
+    embeddings: bool = False  # a second context for /v1/embeddings (engine/embeddings.py)
+    pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
 
 
 KV_CACHE_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
@@ -54,6 +54,10 @@ FLASH_ATTN = {
     "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
+# One vector per input, as /v1/embeddings answers; llama.cpp's none (a vector per token) and rank are not offered.
+POOLING = {"mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN, "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
+           "last": llama_cpp.LLAMA_POOLING_TYPE_LAST}
+EMBEDDING_SEQS = 64  # inputs one embedding decode may hold (each is a sequence of its own)
 
 
 # llama.cpp logs every buffer it allocates: "<buffer> model|KV|compute|output buffer size = <n> MiB".
@@ -108,9 +112,12 @@ class LlamaModel:
             self.model = self._load_model(path, config, local, offload, progress)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
             self.ctx = self._new_context(config)
+            self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
+            self.embed_ctx, self.embed_n_batch = self._new_embedding_context(config) if self.pooling else (None, 0)
         self.device_bytes = buffers.bytes  # weights, KV cells and compute buffers off this machine's RAM
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
+        self.n_embd = llama_cpp.llama_model_n_embd_out(self.model)  # an embedding's width
         self.memory = llama_cpp.llama_get_memory(self.ctx)
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
@@ -175,16 +182,47 @@ class LlamaModel:
         params.type_k = KV_CACHE_TYPES[config.cache_type_k]
         params.type_v = KV_CACHE_TYPES[config.cache_type_v]
         params.flash_attn_type = FLASH_ATTN[self.flash_attn]
+        return self._init_context(
+            params, f"a context of {params.n_ctx} tokens with K cache {config.cache_type_k}, "
+                    f"V cache {config.cache_type_v}, flash attention {self.flash_attn}",
+            "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn")
+
+    def _new_embedding_context(self, config: EngineConfig) -> tuple[llama_cpp.llama_context_p, int]:
+        """The context /v1/embeddings decodes in, on the same weights; and the most tokens one decode (and so
+        one input) may hold: pooling reads a whole input from one ubatch, so batch = ubatch = KV cells."""
+        size = min(config.ubatch_size, config.batch_size, self.n_ctx_train)
+        params = llama_cpp.llama_context_default_params()
+        params.n_ctx = params.n_batch = params.n_ubatch = size
+        params.n_seq_max = EMBEDDING_SEQS
+        # One stream all a decode's inputs share, each its own sequence: cleared after every decode.
+        params.kv_unified = True
+        params.embeddings = True
+        params.pooling_type = POOLING[self.pooling]
+        params.n_threads = params.n_threads_batch = config.threads
+        params.no_perf = True
+        params.flash_attn_type = FLASH_ATTN[self.flash_attn]
+        ctx = self._init_context(params, f"an embedding context of {size} tokens ({self.pooling} pooling)",
+                                 "try a smaller --ubatch-size, or start without --embeddings")
+        return ctx, size
+
+    def _init_context(self, params: llama_cpp.llama_context_params, what: str, fix: str) -> llama_cpp.llama_context_p:
         llama_log.recent_errors.clear()
         ctx = llama_cpp.llama_init_from_model(self.model, params)
         if not ctx:
             reason = llama_log.last_error("llama.cpp could not create a context")
-            raise WorkerError(
-                f"cannot create a context of {params.n_ctx} tokens with K cache {config.cache_type_k}, "
-                f"V cache {config.cache_type_v}, flash attention {self.flash_attn}: {reason}; "
-                "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn"
-            )
+            raise WorkerError(f"cannot create {what}: {reason}; {fix}")
         return ctx
+
+    def _gguf_pooling(self) -> str | None:
+        """The pooling the GGUF names (`<arch>.pooling_type`: embedding models have one, generative ones don't)."""
+        arch = self._meta("general.architecture")
+        value = self._meta(f"{arch}.pooling_type") if arch else None
+        return next((name for name, kind in POOLING.items() if str(kind) == value), None)
+
+    def _meta(self, key: str) -> str | None:
+        buf = ctypes.create_string_buffer(256)
+        n = llama_cpp.llama_model_meta_val_str(self.model, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
     def warm_up(self) -> None:
         """One tiny decode so the first real request does not pay for lazy allocations."""
@@ -196,12 +234,12 @@ class LlamaModel:
         llama_cpp.llama_synchronize(self.ctx)
         llama_cpp.llama_memory_clear(self.memory, True)
 
-    def tokenize(self, text: str, *, add_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")
         # A token never covers less than one byte, plus room for BOS/EOS.
         capacity = len(data) + 4
         buf = (llama_cpp.llama_token * capacity)()
-        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, True)
+        n = llama_cpp.llama_tokenize(self.vocab, data, len(data), buf, capacity, add_special, parse_special)
         if n < 0:
             raise WorkerError(f"tokenizer needed {-n} tokens for a {len(data)}-byte text")
         return buf[:n]
@@ -219,8 +257,26 @@ class LlamaModel:
             return ""
         return self._render(token, special=True).decode("utf-8", errors="replace")
 
-    def _render(self, token: int, *, special: bool) -> bytes:
-        buf = self._piece_buf
+    def token_bytes(self, token: int) -> bytes:
+        """A token's bytes, control tokens spelled out; with a buffer of its own, so any thread may call it."""
+        return self._render(token, special=True, buf=ctypes.create_string_buffer(64))
+
+    def detokenize(self, tokens: list[int]) -> bytes:
+        """Token ids (all valid: llama.cpp does not check) -> bytes, control tokens spelled out.
+
+        llama.cpp's inverse of tokenize (a SentencePiece vocab's added leading space removed);
+        it only reads the vocab, so any thread may call it.
+        """
+        array = (llama_cpp.llama_token * len(tokens))(*tokens)
+        buf = ctypes.create_string_buffer(4 * len(tokens) + 16)
+        n = llama_cpp.llama_detokenize(self.vocab, array, len(tokens), buf, len(buf), False, True)
+        if n < 0:  # -n is the size it needs
+            buf = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_detokenize(self.vocab, array, len(tokens), buf, len(buf), False, True)
+        return buf.raw[:n]
+
+    def _render(self, token: int, *, special: bool, buf: ctypes.Array | None = None) -> bytes:
+        buf = self._piece_buf if buf is None else buf
         n = llama_cpp.llama_token_to_piece(self.vocab, token, buf, len(buf), 0, special)
         if n < 0:  # the piece is longer than the buffer: -n is the size it needs
             buf = ctypes.create_string_buffer(-n)
@@ -247,4 +303,6 @@ class LlamaModel:
 
     def close(self) -> None:
         llama_cpp.llama_free(self.ctx)
+        if self.embed_ctx:
+            llama_cpp.llama_free(self.embed_ctx)
         llama_cpp.llama_model_free(self.model)

@@ -64,6 +64,10 @@ class PrefixCache:
                 best_slot, best_reuse, best_used = slot, reuse, record.last_used
         return best_slot, best_reuse
 
+    def least_recently_used(self, free_slots: list[int]) -> int:
+        """The free slot whose cells are the least likely to be asked for again."""
+        return min(free_slots, key=lambda slot: self._records[slot].last_used)
+
     def _reusable(self, record: SlotRecord, prompt: list[int]) -> int:
         if self.mode is CacheMode.OFF or not record.tokens:
             return 0

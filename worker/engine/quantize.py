@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Callable
 
 import llama_cpp
 import structlog
@@ -12,6 +11,7 @@ import structlog
 from worker.engine import llama_log
 from worker.engine.model import default_threads
 from worker.errors import WorkerError
+from worker.progress import ProgressFn
 
 log = structlog.get_logger(__name__)
 
@@ -20,7 +20,7 @@ _TENSOR_LINE = re.compile(r"^\[\s*(\d+)/\s*(\d+)\]")
 
 
 def quantize_model(src: Path, dst: Path, qtype: str,
-                   progress: Callable[[str, int, int], None] | None = None) -> None:
+                   progress: ProgressFn | None = None) -> None:
     """Write `src` quantized to `qtype` (a name such as "q4_k_m": LLAMA_FTYPE_MOSTLY_Q4_K_M) to `dst`."""
     ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}", None)
     if ftype is None:

@@ -24,6 +24,14 @@ class SamplingParams:
     frequency_penalty: float = 0.0
     seed: int | None = None  # None: a fresh random seed per request
     logit_bias: dict[int, float] = field(default_factory=dict)
+    grammar: str | None = None  # GBNF (root rule "root") the output must match; checked by Engine.grammar_problem
+
+
+@dataclass(frozen=True)
+class Reasoning:
+    """A thinking model's output is reasoning until </think> (see reasoning.py); stop strings see only the answer."""
+
+    opened_in_prompt: bool  # the template ended the prompt with <think>
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,8 @@ class Request:
     stop: tuple[str, ...] = ()
     request_id: str = ""
     timeout_s: float | None = None  # from submission; past it the request ends with TIMEOUT
+    logprobs: int | None = None  # report each token's log probability and this many top alternatives
+    reasoning: Reasoning | None = None  # split a thinking model's <think>…</think> from its answer
 
 
 class FinishReason(str, enum.Enum):
@@ -46,14 +56,30 @@ class FinishReason(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Alternative:
+    piece: bytes  # the bytes the token adds to the text
+    logprob: float  # log-softmax of the model's raw logits, before any sampler stage
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    piece: bytes
+    logprob: float
+    top: tuple[Alternative, ...]  # the most likely tokens at this position, best first
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """New text: whole UTF-8 characters that can no longer be part of a stop string.
 
     `tokens` counts the tokens generated so far; one event may carry the text of several.
+    `logprobs` (when asked for) covers exactly the tokens whose bytes this text releases.
     """
 
     text: str
     tokens: int
+    logprobs: tuple[TokenLogprob, ...] = ()
+    reasoning: str = ""  # a thinking model's reasoning released with this step (text is the answer)
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ import time
 import llama_cpp
 import structlog
 
+from worker.engine.logprobs import LogprobReader
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
-from worker.engine.requests import Event, Finished, FinishReason, TokenEvent
-from worker.engine.sampler import build_chain, free_chain
+from worker.engine.requests import Event, Finished, FinishReason, TokenEvent, TokenLogprob
+from worker.engine.sampler import Sampler
 from worker.engine.scheduler import Admission, Chunk, StepPlan
 from worker.engine.detokenizer import StreamingText
+from worker.engine.reasoning import ThinkingSplit
 from worker.engine.sequence import Sequence, SequenceState
 
 log = structlog.get_logger(__name__)
@@ -30,6 +32,7 @@ class ModelRunner:
         self.model = model
         self.cache = cache
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
+        self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         self.decode_s = 0.0  # cumulative time inside llama_decode
 
     def close(self) -> None:
@@ -42,22 +45,20 @@ class ModelRunner:
         # Cells past the reused prefix belong to an earlier request: drop them.
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
-        seq.state = SequenceState.PREFILLING
+        seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
-        seq.chain, penalized = build_chain(seq.request.sampling, self.model.n_vocab)
-        if penalized:  # penalties look back over the prompt too, as llama-server's do
-            for token in seq.prompt[-seq.request.sampling.repeat_last_n:]:
-                llama_cpp.llama_sampler_accept(seq.chain, token)
-        seq.text = StreamingText(seq.request.stop)
+        seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, seq.prompt)
+        reasoning = seq.request.reasoning
+        seq.text = StreamingText(seq.request.stop, ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
 
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
             rows = [(seq.generated[-1], seq.n_past, seq) for seq in plan.decode]
             if self._decode(rows, plan.decode, events):
                 now = time.monotonic()
-                for index, seq in enumerate(plan.decode):
+                for row, seq in enumerate(plan.decode):
                     seq.n_past += 1
-                    self._on_token(seq, llama_cpp.llama_sampler_sample(seq.chain, self.model.ctx, index), now, events)
+                    self._sample(seq, row, now, events)
         for chunk in plan.prefill:
             self._prefill(chunk, events)
         if plan.settle is not None:
@@ -89,9 +90,31 @@ class ModelRunner:
             return
         seq.n_past = chunk.end
         if chunk.completes_prompt:
+            now, row = time.monotonic(), len(rows) - 1
+            for fork in seq.forks:
+                if fork.state is SequenceState.FORKED:
+                    self._fork(seq, fork)
+                    self._sample(fork, row, now, events)
             seq.state = SequenceState.DECODING
-            token = llama_cpp.llama_sampler_sample(seq.chain, self.model.ctx, len(rows) - 1)
-            self._on_token(seq, token, time.monotonic(), events)
+            self._sample(seq, row, now, events)
+
+    def _fork(self, parent: Sequence, fork: Sequence) -> None:
+        """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
+        llama_cpp.llama_memory_seq_cp(self.model.memory, parent.slot, fork.slot, -1, -1)
+        fork.n_past, fork.cached = parent.n_past, parent.cached
+        fork.state = SequenceState.DECODING
+
+    def _sample(self, seq: Sequence, row: int, now: float, events: Events) -> None:
+        """Draw the sequence's next token from logits row `row` with its own chain."""
+        thinking = seq.text.thinking
+        token = seq.sampler.sample(self.model.ctx, row, constrained=thinking is None or not thinking.in_reasoning)
+        if token is None:  # the grammar allows no token here (it needs text no token spells)
+            self.retire(seq, FinishReason.ERROR, events,
+                        f"the grammar allows no token after {len(seq.generated)} generated tokens")
+            return
+        if seq.request.logprobs is not None and not self.model.is_eog(token):
+            seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
+        self._on_token(seq, token, now, events)
 
     def _decode(self, rows: list[tuple[int, int, Sequence]], sampled: list[Sequence], events: Events) -> bool:
         """One llama_decode over `rows` (token, position, sequence); logits for the last row of each sampled one."""
@@ -134,8 +157,10 @@ class ModelRunner:
                 out += text.flush()
             else:
                 reason = None
-        if out:
-            events.append((seq, TokenEvent(out, len(seq.generated))))
+        reasoning = text.take_reasoning()
+        if out or reasoning:
+            released = _released(seq, reasoning + out, reason)
+            events.append((seq, TokenEvent(out, len(seq.generated), released, reasoning)))
         if reason is not None:
             self.retire(seq, reason, events)
 
@@ -143,9 +168,12 @@ class ModelRunner:
         """Leave the slot: free the chain; keep the cells for the prefix cache, or drop them."""
         if seq.state is SequenceState.FINISHED:
             return
-        if seq.chain is not None:
-            free_chain(seq.chain)
-            seq.chain = None
+        if seq.sampler is not None:
+            seq.sampler.free()
+            seq.sampler = None
+        for fork in seq.forks:  # forks still waiting for this prompt will never get it
+            if fork.state is SequenceState.FORKED:
+                self.retire(fork, reason, events, message)
         if seq.slot >= 0:
             if reason is FinishReason.ERROR or self.cache.mode is CacheMode.OFF:
                 # After a failed decode the stream's cells are unknown: nothing of it may be reused.
@@ -155,6 +183,21 @@ class ModelRunner:
                 self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)))
         seq.state = SequenceState.FINISHED
         events.append((seq, finished_event(seq, reason, message)))
+
+
+def _released(seq: Sequence, text: str, reason: FinishReason | None) -> tuple[TokenLogprob, ...]:
+    """The pending logprob entries that `text` releases: all of them, but at a stop string only the
+    tokens that reach into the released text (the rest spelled the stop string, which is not output)."""
+    pending, seq.logprobs = seq.logprobs, []
+    if reason is not FinishReason.STOP:
+        return tuple(pending)
+    covered, budget = [], len(text.encode())
+    for entry in pending:
+        if budget <= 0:
+            break
+        covered.append(entry)
+        budget -= len(entry.piece)
+    return tuple(covered)
 
 
 def finished_event(seq: Sequence, reason: FinishReason, message: str) -> Finished:

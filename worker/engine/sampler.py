@@ -1,29 +1,25 @@
-"""A request's SamplingParams as a native llama.cpp sampler chain.
+"""A request's SamplingParams as a native llama.cpp sampler chain, and its grammar beside it.
 
 The stage order is llama.cpp's own default (common/sampling.cpp): logit bias,
-penalties, top-k, top-p, min-p, temperature, then the random draw. Neutral
-settings leave their stage out, so greedy stays exactly greedy.
+penalties, top-k, top-p, min-p, temperature, then the random draw (draw.py:
+seeded with all 64 bits). Neutral settings leave their stage out, so greedy
+stays exactly greedy. A grammar is not a stage of the chain: see grammar.py.
 """
 
 from __future__ import annotations
 
-import random
-
 import llama_cpp
 
+from worker.engine.draw import SeededDraw, random_seed
+from worker.engine.grammar import GrammarSampler
 from worker.engine.requests import SamplingParams
 
-# llama.cpp reads LLAMA_DEFAULT_SEED (0xFFFFFFFF) as "pick a random seed", so
-# user seeds are folded into the 32-bit values below it.
-_SEED_SPACE = 0xFFFFFFFF
 
+def build_chain(params: SamplingParams, n_vocab: int,
+                draw: SeededDraw | None) -> tuple[llama_cpp.llama_sampler_p, bool]:
+    """The chain, and whether it has a penalty stage (which must first see the prompt).
 
-def native_seed(seed: int | None) -> int:
-    return random.randrange(_SEED_SPACE) if seed is None else seed % _SEED_SPACE
-
-
-def build_chain(params: SamplingParams, n_vocab: int) -> tuple[llama_cpp.llama_sampler_p, bool]:
-    """The chain, and whether it has a penalty stage (which must first see the prompt)."""
+    `draw` ends the chain unless the request is greedy; the chain frees its native stage."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = lambda stage: llama_cpp.llama_sampler_chain_add(chain, stage)  # noqa: E731
 
@@ -48,9 +44,36 @@ def build_chain(params: SamplingParams, n_vocab: int) -> tuple[llama_cpp.llama_s
     if params.min_p > 0.0:
         add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
     add(llama_cpp.llama_sampler_init_temp(params.temperature))
-    add(llama_cpp.llama_sampler_init_dist(native_seed(params.seed)))
+    add(draw.sampler)
     return chain, penalized
 
 
-def free_chain(chain: llama_cpp.llama_sampler_p) -> None:
-    llama_cpp.llama_sampler_free(chain)
+class Sampler:
+    """One sequence's sampling: its chain, and its grammar when the request has one.
+
+    Built on the engine thread when the sequence is admitted; `free` when it leaves its slot.
+    """
+
+    def __init__(self, params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int,
+                 prompt: list[int]) -> None:
+        # Kept here: the draw's Python callback must live as long as the chain that calls it.
+        self._draw = SeededDraw(random_seed() if params.seed is None else params.seed) if params.temperature > 0 else None
+        self.chain, penalized = build_chain(params, n_vocab, self._draw)
+        if penalized:  # penalties look back over the prompt too, as llama-server's do
+            for token in prompt[-params.repeat_last_n:]:
+                llama_cpp.llama_sampler_accept(self.chain, token)
+        self.grammar = GrammarSampler(vocab, params.grammar, n_vocab) if params.grammar else None
+
+    def sample(self, ctx: llama_cpp.llama_context_p, row: int, constrained: bool = True) -> int | None:
+        """The next token from logits row `row`; None when the grammar allows no token at all.
+
+        `constrained` False: the grammar neither restricts nor sees this token (a thinking model's reasoning:
+        the grammar is for the answer)."""
+        if self.grammar is None or not constrained:
+            return llama_cpp.llama_sampler_sample(self.chain, ctx, row)
+        return self.grammar.sample(self.chain, ctx, row)
+
+    def free(self) -> None:
+        llama_cpp.llama_sampler_free(self.chain)
+        if self.grammar is not None:
+            self.grammar.free()

@@ -56,13 +56,21 @@ class Scheduler:
         self.budget = budget
 
     def admit(self, waiting: deque[Sequence], free_slots: list[int]) -> list[Admission]:
-        """First come, first served; each to the free slot holding the most of its prompt."""
+        """First come, first served; each to the free slot holding the most of its prompt.
+
+        A request with forks (n > 1) waits until it and every fork have a slot: the forks
+        receive a copy of its prompt's cells, so they must be ready when its prompt is.
+        """
         admitted = []
-        while waiting and free_slots:
+        while waiting and len(free_slots) > len(waiting[0].forks):
             sequence = waiting.popleft()
             slot, reuse = self.cache.choose(sequence.prompt, free_slots)
             free_slots.remove(slot)
             admitted.append(Admission(sequence, slot, reuse))
+            for fork in sequence.forks:
+                slot = self.cache.least_recently_used(free_slots)
+                free_slots.remove(slot)
+                admitted.append(Admission(fork, slot, 0))
         return admitted
 
     def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool) -> StepPlan:

@@ -7,18 +7,18 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import llama_cpp
-
 from worker.engine.detokenizer import StreamingText
-from worker.engine.requests import Request
+from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
     from worker.engine.handle import RequestHandle
+    from worker.engine.sampler import Sampler
 
 
 class SequenceState(enum.Enum):
     WAITING = "waiting"  # queued for a slot
     PREFILLING = "prefilling"  # in a slot, prompt not yet all in the KV stream
+    FORKED = "forked"  # in a slot, waiting for its parent's prompt cells to be copied in
     DECODING = "decoding"  # one token a step
     FINISHED = "finished"  # left its slot; its Finished event is on the way
 
@@ -31,11 +31,16 @@ class Sequence:
     state: SequenceState = SequenceState.WAITING
     cancelled: bool = False
     slot: int = -1
-    chain: llama_cpp.llama_sampler_p | None = None
+    sampler: Sampler | None = None
     text: StreamingText | None = None
     n_past: int = 0  # leading tokens of prompt + generated already in the slot's KV stream
     cached: int = 0  # of the prompt, tokens whose KV the prefix cache supplied
     generated: list[int] = field(default_factory=list)  # sampled tokens; the last is not in the KV yet
+    logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens whose text is not released yet
+    # Other choices of the same request (n > 1): admitted with this one, they get a copy of its
+    # prompt's cells once it is prefilled, and sample their first token from the same logits.
+    forks: list[Sequence] = field(default_factory=list)
+    parent: Sequence | None = None  # for a fork: the sequence whose prompt it copies
     admitted_at: float = 0.0
     first_token_at: float = 0.0
     last_token_at: float = 0.0

@@ -46,7 +46,8 @@ def _load(settings: Settings, progress: LoadingProgress,
     config = settings.engine
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
-    engine = Engine.load(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template)
+    engine = Engine.load(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
+                         template_kwargs=model.defaults.chat_template_kwargs)
     return model, sampling, engine
 
 

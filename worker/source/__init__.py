@@ -1,6 +1,11 @@
-"""Where weights come from: the models.toml registry, registry packages, local paths."""
+"""Where weights come from: the models.toml registry, registry packages, local paths.
 
-from worker.source.registry import ModelEntry, Registry, load_registry
-from worker.source.resolve import ResolvedModel, resolve_model
+Names load on first use (worker.lazy), so the CLI's --help does not import the hub client.
+"""
 
-__all__ = ["ModelEntry", "Registry", "ResolvedModel", "load_registry", "resolve_model"]
+from worker.lazy import exports
+
+__getattr__ = exports(__name__, {
+    "ModelEntry": "registry", "Registry": "registry", "load_registry": "registry",
+    "ResolvedModel": "resolve", "resolve_model": "resolve",
+})

@@ -92,6 +92,8 @@ class ModelDefaults:
     ctx_size: int | None = None  # used when --ctx-size is not given
     chat_template: str | None = None  # a Jinja chat template used instead of the GGUF's own
     sampling: dict[str, float] = field(default_factory=dict)  # request field -> value, checked like a request's
+    # Template variables under each request's chat_template_kwargs (e.g. enable_thinking = false).
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 # The sampling fields a model may default: the OpenAI request's, less per-request ones (seed, logit_bias).
@@ -135,10 +137,10 @@ def _parse_source(name: str, table: dict[str, Any], origin: Path) -> Source:
 
 def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefaults:
     where = f"{origin}: model {name!r}"
-    unknown = set(table) - {"ctx_size", "chat_template", "sampling"}
+    unknown = set(table) - {"ctx_size", "chat_template", "chat_template_kwargs", "sampling"}
     if unknown:
-        raise WorkerError(f"{where} has unknown keys {sorted(unknown)}; "
-                          "besides source and description an entry takes ctx_size, chat_template, sampling")
+        raise WorkerError(f"{where} has unknown keys {sorted(unknown)}; besides source and description an entry "
+                          "takes ctx_size, chat_template, chat_template_kwargs, sampling")
     ctx_size = table.get("ctx_size")
     if ctx_size is not None and (not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 0):
         raise WorkerError(f"{where}: ctx_size must be a whole number >= 0, not {ctx_size!r}")
@@ -148,7 +150,10 @@ def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefa
     sampling = table.get("sampling", {})
     if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
         raise WorkerError(f"{where}: sampling must be a table of {', '.join(SAMPLING_FIELDS)}")
-    return ModelDefaults(ctx_size, template, dict(sampling))
+    template_kwargs = table.get("chat_template_kwargs", {})
+    if not isinstance(template_kwargs, dict):
+        raise WorkerError(f"{where}: chat_template_kwargs must be a table of template variables")
+    return ModelDefaults(ctx_size, template, dict(sampling), dict(template_kwargs))
 
 
 def _parse_file(path: Path) -> tuple[str | None, dict[str, ModelEntry]]:

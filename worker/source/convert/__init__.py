@@ -1,10 +1,11 @@
-"""SafeTensors (Hugging Face) folders -> GGUF with gguf-py, no torch; cached; optionally quantized."""
+"""SafeTensors (Hugging Face) folders -> GGUF with gguf-py, no torch; cached; optionally quantized.
 
-from worker.source.convert.architectures import ARCHITECTURES
-from worker.source.convert.cached import Conversion, converted_model
-from worker.source.convert.folder import is_hf_folder
-from worker.source.convert.progress import Progress, ProgressReport
-from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
+Names load on first use (worker.lazy): the CLI reads the type names in .types without numpy and gguf.
+"""
 
-__all__ = ["ARCHITECTURES", "Conversion", "OUTPUT_TYPES", "Progress", "ProgressReport", "QUANT_TYPES",
-           "converted_model", "is_hf_folder"]
+from worker.lazy import exports
+
+__getattr__ = exports(__name__, {
+    "ARCHITECTURES": "architectures", "Conversion": "cached", "converted_model": "cached",
+    "is_hf_folder": "folder", "ProgressReport": "progress", "OUTPUT_TYPES": "types", "QUANT_TYPES": "types",
+})

@@ -18,9 +18,9 @@ from typing import Callable, Iterator
 
 import structlog
 
+from worker.progress import ProgressFn
 from worker.source.cache import atomic_path, cache_dir
 from worker.source.convert.folder import input_signature
-from worker.source.convert.progress import Progress
 from worker.source.convert.write import convert_folder
 
 log = structlog.get_logger(__name__)
@@ -79,7 +79,7 @@ def _cached(target: Path, key: str, make: Callable[[Path], None]) -> Path:
     return target
 
 
-def converted_model(folder: Path, conversion: Conversion = Conversion(), progress: Progress | None = None) -> Path:
+def converted_model(folder: Path, conversion: Conversion = Conversion(), progress: ProgressFn | None = None) -> Path:
     """The GGUF of a Hugging Face folder, converted (and quantized) once, then served from the cache."""
     folder = folder.resolve()
     parts = [p for name, data in input_signature(folder) for p in (name, data)]

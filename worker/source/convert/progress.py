@@ -3,19 +3,15 @@
 from __future__ import annotations
 
 import sys
-from typing import Callable
-
 import click
 import structlog
 
 log = structlog.get_logger(__name__)
 
-# (stage, done, total): stage is "convert" or "quantize"; done and total count tensors.
-Progress = Callable[[str, int, int], None]
 
 
 class ProgressReport:
-    """A Progress that logs `progress` events at each tenth and draws a bar when stderr is a terminal."""
+    """A ProgressFn for convert and quantize (done and total count tensors) that logs `progress` events at each tenth and draws a bar when stderr is a terminal."""
 
     def __init__(self, bar: bool | None = None) -> None:
         self.bar_enabled = sys.stderr.isatty() if bar is None else bar

@@ -1,16 +1,13 @@
-"""The output types a conversion can write, and the ones llama.cpp's quantizer can make from it."""
+"""The output types a conversion can write, and the ones llama.cpp's quantizer can make from it.
+
+Names only, so the CLI offers them without importing gguf (write.py looks its enums up by name).
+"""
 
 from __future__ import annotations
 
-from gguf import GGMLQuantizationType, LlamaFileType
-
 # --convert-type: what gguf-py writes for every 2-D weight (1-D tensors and norms stay F32, as
-# llama.cpp's converter keeps them).
-OUTPUT_TYPES: dict[str, tuple[GGMLQuantizationType, LlamaFileType]] = {
-    "f16": (GGMLQuantizationType.F16, LlamaFileType.MOSTLY_F16),
-    "bf16": (GGMLQuantizationType.BF16, LlamaFileType.MOSTLY_BF16),
-    "q8_0": (GGMLQuantizationType.Q8_0, LlamaFileType.MOSTLY_Q8_0),
-}
+# llama.cpp's converter keeps them): GGMLQuantizationType[NAME] in a file of LlamaFileType.MOSTLY_<NAME>.
+OUTPUT_TYPES: tuple[str, ...] = ("f16", "bf16", "q8_0")
 
 # --quantize: llama_model_quantize's file types (LLAMA_FTYPE_MOSTLY_<NAME>) that need no importance matrix.
 QUANT_TYPES: tuple[str, ...] = (

@@ -62,8 +62,10 @@ def bpe_vocab(folder: Path, vocab_size: int | None) -> Vocab:
     path = folder / "tokenizer.json"
     tokenizer = _json(path)
     model = tokenizer.get("model", {})
-    if model.get("type") != "BPE":
-        raise WorkerError(f"{path} has a {model.get('type')!r} model; only BPE tokenizer.json files are supported")
+    kind = model.get("type")
+    if kind != "BPE":
+        found = f"a {kind} model" if kind else "no model.type (so no tokenizer kind)"
+        raise WorkerError(f"{path} has {found}; only BPE tokenizer.json files are supported")
     by_id = {i: token for token, i in model["vocab"].items()}
     added = {a["id"]: a for a in tokenizer.get("added_tokens", [])}
     by_id.update({i: a["content"] for i, a in added.items()})

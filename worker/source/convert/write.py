@@ -17,14 +17,13 @@ import numpy as np
 import structlog
 
 from worker.errors import WorkerError
+from worker.progress import ProgressFn
 from worker.source.convert.architectures import (
     IGNORED_PREFIXES, IGNORED_SUFFIXES, STRIPPED_PREFIXES, Architecture, Context, Transform, architecture_for,
     rope_scaling,
 )
 from worker.source.convert.folder import HfFolder, open_folder
-from worker.source.convert.progress import Progress
 from worker.source.convert.safetensors import TensorInfo
-from worker.source.convert.types import OUTPUT_TYPES
 from worker.source.convert.vocab import read_vocab, write_vocab
 
 log = structlog.get_logger(__name__)
@@ -111,10 +110,11 @@ def _write_metadata(writer: gguf.GGUFWriter, folder: HfFolder, arch: Architectur
     writer.add_quantization_version(gguf.GGML_QUANT_VERSION)
 
 
-def convert_folder(path: Path, out: Path, out_type: str = "f16", progress: Progress | None = None) -> None:
+def convert_folder(path: Path, out: Path, out_type: str = "f16", progress: ProgressFn | None = None) -> None:
     """Write the GGUF of the Hugging Face folder `path` to `out` (which the caller makes atomic)."""
     started = time.monotonic()
-    qtype, file_type = OUTPUT_TYPES[out_type]
+    # One of types.OUTPUT_TYPES, named alike in both of gguf-py's enums.
+    qtype, file_type = gguf.GGMLQuantizationType[out_type.upper()], gguf.LlamaFileType[f"MOSTLY_{out_type.upper()}"]
     folder = open_folder(path)
     arch = architecture_for(folder.architecture)
     rope = rope_scaling(arch, folder.config)

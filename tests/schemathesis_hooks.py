@@ -1,0 +1,56 @@
+"""schemathesis hooks for tests/test_schemathesis.py (loaded through SCHEMATHESIS_HOOKS).
+
+What no JSON schema can say about a language model's API: how long a generation takes, whether
+a prompt fits the context, and limits counted in UTF-8 bytes. Everything else the fuzzer finds is a failure.
+"""
+
+from __future__ import annotations
+
+import schemathesis
+from schemathesis.openapi.checks import RejectedPositiveData
+
+MAX_TOKENS = 8
+CAPPED = {"/v1/chat/completions", "/v1/completions", "/execute", "/v1/inference", "/v1/messages"}
+OPTIONAL = {"/v1/chat/completions", "/v1/completions"}  # no max_tokens: up to the end of the context
+
+
+@schemathesis.hook
+def before_call(ctx, case, **kwargs) -> None:
+    """Generations stop at MAX_TOKENS tokens: the API is under test, not the model's speed.
+
+    Valid bodies are capped; an invalid one only gets a cap where it named none, so that a body the
+    worker wrongly accepts still ends soon (and is reported) while its own bad values stay as drawn.
+    """
+    body = case.body
+    if case.path not in CAPPED or not isinstance(body, dict):
+        return
+    if case.meta is not None and case.meta.generation.mode.is_positive:
+        asked = [body.get(name) for name in ("max_tokens", "max_completion_tokens")]
+        body["max_tokens"] = min([MAX_TOKENS, *(n for n in asked if isinstance(n, int))])
+    elif case.path in OPTIONAL and not {"max_tokens", "max_completion_tokens"} & body.keys():
+        body["max_tokens"] = MAX_TOKENS
+
+
+# Fields whose rule ties them to another field or to how the worker was started: best_of must equal n,
+# top_logprobs needs logprobs, echo excludes logprobs, n is at most --parallel, dimensions is the model's width,
+# one constraint at a time (grammar, response_format or a forced tool call), a named tool_choice names a tool.
+RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice"}
+# A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state.
+LANGUAGES = ("grammar", "json_schema", "response_format.json_schema")
+
+
+def _beyond_schema(response) -> bool:
+    """A 400 for a limit JSON Schema cannot state: the tokens a prompt needs (its code says
+    context_length_exceeded), stop strings' UTF-8 bytes (maxLength counts characters), a rule
+    between fields (RELATIONAL), or a grammar or schema the converter or llama.cpp refuses (LANGUAGES)."""
+    body = response.json()
+    problems = body.get("errors") or body.get("error", {}).get("errors", [])
+    return "context_length_exceeded" in response.text or any(
+        (p["field"] in ("stop", "stop_sequences") and p["constraint"].endswith(" bytes"))
+        or p["field"] in RELATIONAL or p["field"].startswith(LANGUAGES) for p in problems)
+
+
+@schemathesis.hook
+def filter_failure(ctx, failure, case, response) -> bool:
+    """Valid data refused for one of those limits is excused; every other failure stands."""
+    return not (isinstance(failure, RejectedPositiveData) and response.status_code == 400 and _beyond_schema(response))

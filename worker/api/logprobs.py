@@ -1,0 +1,43 @@
+"""The engine's per-token log probabilities in OpenAI's two shapes: chat's and legacy completions'."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.engine import TokenLogprob
+
+
+def _token(piece: bytes) -> str:
+    # A token may hold part of a UTF-8 character; `bytes` (chat) carries it exactly.
+    return piece.decode("utf-8", errors="replace")
+
+
+def chat_logprobs(entries: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> dict[str, Any]:
+    """choices[].logprobs of a chat completion or chunk."""
+    return {"content": [{
+        "token": _token(entry.piece), "logprob": entry.logprob, "bytes": list(entry.piece),
+        "top_logprobs": [{"token": _token(alt.piece), "logprob": alt.logprob, "bytes": list(alt.piece)}
+                         for alt in entry.top],
+    } for entry in entries], "refusal": None}
+
+
+class CompletionLogprobs:
+    """choices[].logprobs of a text completion; text_offset runs on across a stream's chunks."""
+
+    def __init__(self, offset: int = 0) -> None:
+        self.offset = offset  # characters of text before the next token (an echoed prompt counts)
+
+    def format(self, entries: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> dict[str, Any]:
+        tokens, offsets = [], []
+        for entry in entries:
+            token = _token(entry.piece)
+            tokens.append(token)
+            offsets.append(self.offset)
+            self.offset += len(token)
+        return {
+            "tokens": tokens,
+            "token_logprobs": [entry.logprob for entry in entries],
+            # Alternatives that spell the same text (e.g. byte pieces) keep the likelier one, as a dict must.
+            "top_logprobs": [{_token(alt.piece): alt.logprob for alt in reversed(entry.top)} for entry in entries],
+            "text_offset": offsets,
+        }

@@ -1,0 +1,62 @@
+"""Which tool-call format a chat template speaks, found as llama.cpp's common/chat.cpp finds it.
+
+llama.cpp looks for marker text in the template source, in this order: `<tool_call>` (Hermes 2 Pro,
+Qwen 2.5/3), `<|start_header_id|>ipython<|end_header_id|>` (Llama 3.1-3.3), `[TOOL_CALLS]`
+(Mistral Nemo); any other template gets the generic JSON form. Each format says how its calls are
+written (parse.py reads them) and how a forced call is laid out (grammar.py writes its grammar).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from worker.api.tools.parse import GENERIC, HERMES, HERMES_CLOSE, HERMES_OPEN, LLAMA_3, MISTRAL, Syntax
+
+Schema = dict[str, Any]
+
+
+def _either(calls: list[Schema]) -> Schema:
+    return calls[0] if len(calls) == 1 else {"anyOf": calls}
+
+
+def _listed(calls: list[Schema], parallel: bool) -> Schema:
+    return {"type": "array", "items": _either(calls), "minItems": 1, **({} if parallel else {"maxItems": 1})}
+
+
+@dataclass(frozen=True)
+class ToolFormat:
+    name: str
+    marker: str | None  # text in a template's source that selects this format
+    syntax: Syntax
+    arguments_key: str  # a call object is {"name": ..., <arguments_key>: {...}}
+    # The JSON that forced calls are (each call's object given), and the text around it.
+    body: Callable[[list[Schema], bool], Schema]
+    prefix: str = ""
+    suffix: str = ""
+    repeats: str | None = None  # calls are written one body each, this apart (None: one body holds them)
+
+
+HERMES_FORMAT = ToolFormat("hermes", HERMES_OPEN, HERMES, "arguments", lambda calls, _: _either(calls),
+                           prefix=HERMES_OPEN + "\n", suffix="\n" + HERMES_CLOSE, repeats="\n")
+# Llama 3.x writes one call per answer: its JSON form has no list.
+LLAMA_3_FORMAT = ToolFormat("llama3", "<|start_header_id|>ipython<|end_header_id|>", LLAMA_3, "parameters",
+                            lambda calls, _: _either(calls))
+MISTRAL_FORMAT = ToolFormat("mistral", "[TOOL_CALLS]", MISTRAL, "arguments", _listed, prefix="[TOOL_CALLS]")
+GENERIC_FORMAT = ToolFormat("generic", None, GENERIC, "arguments", lambda calls, parallel: {
+    "type": "object", "properties": {"tool_calls": _listed(calls, parallel)}, "required": ["tool_calls"]})
+FORMATS = (HERMES_FORMAT, LLAMA_3_FORMAT, MISTRAL_FORMAT)
+
+
+def detect(template: str | None) -> ToolFormat:
+    return next((f for f in FORMATS if f.marker in (template or "")), GENERIC_FORMAT)
+
+
+def lists_tools(template: str | None) -> bool:
+    """The template shows the model its tools (it reads the `tools` variable)."""
+    return "tools" in (template or "")
+
+
+def writes_calls(template: str | None) -> bool:
+    """The template writes an assistant's tool calls from the history (it reads `tool_calls`)."""
+    return "tool_calls" in (template or "")

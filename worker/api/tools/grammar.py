@@ -1,0 +1,64 @@
+"""The GBNF grammar of a forced tool call (tool_choice required, or a named function), per format.
+
+Each callable function's call is a JSON schema, {"name": <its name>, <arguments key>: <its parameters>},
+the format's body holds them (an alternation, a list, {"tool_calls": [...]}), and the engine's converter
+(worker.engine.json_schema) turns that into GBNF; the format's text around the JSON (Hermes'
+<tool_call> tags, Mistral's [TOOL_CALLS]) is then wrapped around the converter's root rule. So a
+forced call's arguments validate against the function's schema by construction. Each function's
+parameters sit under $defs and are referenced, their own local references moved there with them:
+the converter resolves references along object keys only, not through anyOf's list.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from worker.api.tools.formats import ToolFormat
+from worker.api.tools.request import Tools
+from worker.engine.json_schema import schema_grammar
+
+_ROOT = re.compile(r"^root ::= (.*)$", re.MULTILINE)
+_ENVELOPE = "tool-call"
+
+
+def call_grammar(fmt: ToolFormat, tools: Tools) -> str:
+    """The answer: one call (or several, when parallel) of the offered functions, in the format's syntax.
+
+    A thinking model's reasoning comes first, free: the engine holds the grammar back until </think>."""
+    functions = tools.callable
+    defs = {f"arguments-{i}": _rebased(f.parameters, f"#/$defs/arguments-{i}") for i, f in enumerate(functions)}
+    calls = [{"type": "object", "properties": {"name": {"const": f.name},
+                                               fmt.arguments_key: {"$ref": f"#/$defs/arguments-{i}"}},
+              "required": ["name", fmt.arguments_key], "additionalProperties": False}
+             for i, f in enumerate(functions)]
+    grammar = schema_grammar({**fmt.body(calls, tools.parallel), "$defs": defs})
+    body = _ROOT.search(grammar)[1]
+    if fmt.prefix or fmt.suffix:
+        envelope = _fresh_name(grammar, _ENVELOPE)
+        separated = f" ( {_literal(fmt.repeats)} {envelope} )*" if fmt.repeats and tools.parallel else ""
+        grammar = _ROOT.sub(lambda _: f"root ::= {envelope}{separated}", grammar) + (
+            f"\n{envelope} ::= {_literal(fmt.prefix)} ( {body} ) {_literal(fmt.suffix)}")
+    return grammar
+
+
+def _literal(text: str) -> str:
+    """A GBNF string literal (its escapes are JSON's, and it is given ASCII)."""
+    return json.dumps(text) if text else '""'
+
+
+def _fresh_name(grammar: str, name: str) -> str:
+    """A rule name the converter did not use (a $defs entry may be named anything)."""
+    taken = set(re.findall(r"^([\w-]+) ::=", grammar, re.MULTILINE))
+    return next(f"{name}{i or ''}" for i in range(len(taken) + 1) if f"{name}{i or ''}" not in taken)
+
+
+def _rebased(schema: Any, base: str) -> Any:
+    """`schema` with its local references (#/...) pointing into `base`, where it will sit."""
+    if isinstance(schema, dict):
+        return {key: base + value[1:] if key == "$ref" and isinstance(value, str) and value.startswith("#")
+                else _rebased(value, base) for key, value in schema.items()}
+    if isinstance(schema, list):
+        return [_rebased(item, base) for item in schema]
+    return schema
