@@ -28,8 +28,8 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.run import (  # noqa: E402
-    BENCH_DIR, LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, environment, find_llama_server,
-    find_model, new_session, publish, running_server,
+    LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, add_peer_flags, environment, machine_line,
+    find_llama_server, find_model, new_session, publish, running_server,
 )
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
@@ -177,8 +177,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
     cols = list(next(iter(rows.values())))
     lines = [
         "# llm-worker chat benchmark", "",
-        f"- model: `{cfg.model.name}`; {env.get('cpu', '')}, {env.get('cores')} cores; {env.get('date', '')}; load average "
-        f"{env.get('load_before', float('nan')):.1f} at the start",
+        machine_line(cfg, env),
         f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context in all, {cfg.threads} threads, "
         "its default prompt cache (llama_cpp.server: one slot of the same size)",
         f"- multi-turn: {args.conversations} conversations at once x {args.turns} turns, history resent, streamed, "
@@ -230,8 +229,7 @@ def draw_chart(args: argparse.Namespace, results: list[VariantResult], path: Pat
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model")
-    p.add_argument("--llama-server")
+    add_peer_flags(p, parallel=4, ctx_size=8192, report="CHAT.md")
     p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
     p.add_argument("--conversations", type=int, default=4)
     p.add_argument("--turns", type=int, default=6)
@@ -239,11 +237,6 @@ def main() -> int:
     p.add_argument("--answer-tokens", type=int, default=48)
     p.add_argument("--shared-requests", type=int, default=6)
     p.add_argument("--shared-tokens", type=int, default=96)
-    p.add_argument("--parallel", type=int, default=4)
-    p.add_argument("--ctx-size", type=int, default=8192)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
-    p.add_argument("--publish", action="store_true", help="also write bench/CHAT.md")
     args = p.parse_args()
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     model = find_model(args.model)

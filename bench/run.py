@@ -536,13 +536,19 @@ def ratio(a: float, b: float) -> float:
     return a / b if b and b == b and a == a else float("nan")
 
 
+def machine_line(cfg: BenchConfig, env: dict[str, Any]) -> str:
+    """A report's first bullet: the model, the machine, the day and how busy it was when the run began."""
+    model_mb = cfg.model.stat().st_size / MB
+    return (f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env.get('cpu', '')}, {env.get('cores')} cores; "
+            f"{env.get('date', '')}; load average {env.get('load_before', float('nan')):.1f} at the start")
+
+
 def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any], prompts: PromptFactory) -> str:
     model_mb = cfg.model.stat().st_size / MB
     lines = [
         "# llm-worker benchmark",
         "",
-        f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env['cpu']}, {env['cores']} cores; {env['date']}; "
-        f"load average {env['load_before']:.1f} at the start",
+        machine_line(cfg, env),
         f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context in all "
         f"({cfg.ctx_per_slot} per slot; llama_cpp.server, which has one slot, gets {cfg.ctx_per_slot}), "
         f"{cfg.threads} threads; f16 KV cache for {cfg.ctx_size} tokens = "
@@ -739,6 +745,18 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         out_dir=Path(a.out).resolve(),
         publish=a.publish,
     )
+
+
+def add_peer_flags(p: argparse.ArgumentParser, *, parallel: int, ctx_size: int, report: str) -> None:
+    """The flags every side-by-side bench shares: the model, the llama-server binary, each server's slots,
+    context and threads, where results go, and whether to rewrite its `report` in bench/."""
+    p.add_argument("--model")
+    p.add_argument("--llama-server")
+    p.add_argument("--parallel", type=int, default=parallel)
+    p.add_argument("--ctx-size", type=int, default=ctx_size)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+    p.add_argument("--publish", action="store_true", help=f"also write bench/{report}")
 
 
 def publish(report: str, chart: Path | None, name: str, caption: str) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import Turn, chat_turn  # noqa: E402
 from bench.run import (  # noqa: E402
-    BENCH_DIR, LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, environment, find_llama_server, find_model,
-    new_session, publish, running_server,
+    LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, add_peer_flags, environment, find_llama_server, find_model,
+    machine_line, new_session, publish, running_server,
 )
 
 _KINDS = [{"type": "string", "maxLength": 16}, {"type": "integer"}, {"type": "boolean"},
@@ -118,8 +118,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[ServerResul
     cols = list(next(iter(rows.values())))
     lines = [
         "# llm-worker structured output benchmark", "",
-        f"- model: `{cfg.model.name}`; {env.get('cpu', '')}, {env.get('cores')} cores; {env.get('date', '')}; "
-        f"load average {env.get('load_before', float('nan')):.1f} at the start",
+        machine_line(cfg, env),
         f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads; one "
         f"stream at a time, {args.requests} requests per mode, greedy, up to {args.max_tokens} tokens",
         "- plain: EOS banned, so max_tokens are generated; json_schema: a 30-property object (strings of at most "
@@ -146,16 +145,10 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[ServerResul
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model")
-    p.add_argument("--llama-server")
+    add_peer_flags(p, parallel=1, ctx_size=4096, report="STRUCTURED.md")
     p.add_argument("--servers", default=f"{WORKER},{LLAMA_SERVER}")
     p.add_argument("--requests", type=int, default=6, help="requests per mode per server")
     p.add_argument("--max-tokens", type=int, default=400)
-    p.add_argument("--parallel", type=int, default=1)
-    p.add_argument("--ctx-size", type=int, default=4096)
-    p.add_argument("--threads", type=int, default=2)
-    p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
-    p.add_argument("--publish", action="store_true", help="also write bench/STRUCTURED.md")
     args = p.parse_args()
     servers = [s for s in args.servers.split(",") if s]
     model = find_model(args.model)
