@@ -6,8 +6,12 @@ a prompt fits the context, and limits counted in UTF-8 bytes. Everything else th
 
 from __future__ import annotations
 
+import re
+
 import schemathesis
 from schemathesis.openapi.checks import RejectedPositiveData
+
+from worker.api.anthropic.request import ANSWERED_CALLS
 
 MAX_TOKENS = 8
 CAPPED = {"/v1/chat/completions", "/v1/completions", "/execute", "/v1/inference", "/v1/messages"}
@@ -33,10 +37,12 @@ def before_call(ctx, case, **kwargs) -> None:
 
 # Fields whose rule ties them to another field or to how the worker was started: best_of must equal n,
 # top_logprobs needs logprobs, echo excludes logprobs, n is at most --parallel, dimensions is the model's width,
-# one constraint at a time (grammar, response_format or a forced tool call), a named tool_choice names a tool.
+# one constraint at a time (grammar, response_format or a forced tool call), a named tool_choice names a tool,
+# and (Anthropic) a last message that calls tools needs their results after it.
 RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice"}
-# A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state.
-LANGUAGES = ("grammar", "json_schema", "response_format.json_schema")
+# A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state:
+# the grammar fields, and the schemas of response_format and of a forced call's tool.
+LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|tools\[\d+\]\.(function\.parameters|input_schema)")
 
 
 def _beyond_schema(response) -> bool:
@@ -47,7 +53,8 @@ def _beyond_schema(response) -> bool:
     problems = body.get("errors") or body.get("error", {}).get("errors", [])
     return "context_length_exceeded" in response.text or any(
         (p["field"] in ("stop", "stop_sequences") and p["constraint"].endswith(" bytes"))
-        or p["field"] in RELATIONAL or p["field"].startswith(LANGUAGES) for p in problems)
+        or re.split(r"[.\[]", p["field"])[0] in RELATIONAL or p["constraint"] == ANSWERED_CALLS
+        or LANGUAGES.match(p["field"]) for p in problems)
 
 
 @schemathesis.hook

@@ -1,12 +1,15 @@
-"""Anthropic's Messages API on the real model, through the unmodified `anthropic` SDK, and x-api-key auth."""
+"""Anthropic's Messages API on the real model, through the unmodified `anthropic` SDK, and x-api-key auth;
+tools on a Hermes-style template and on the model's own (the fallback prompt), checked against the chat route."""
 
 import json
 
 import anthropic
+import jsonschema
 import openai
 import pytest
 
-from tests.conftest import start_worker
+from tests.conftest import start_worker, template_worker
+from tests.test_tools import HERMES_TEMPLATE, SCHEMAS, TOOLS
 from tests.helpers import completion_text, openai_once
 
 MODEL = "smollm2-135m-instruct"
@@ -41,7 +44,8 @@ def test_sdk_answers_as_chat_does_streamed_and_not(base_url):
     assert whole.model == MODEL and [block.type for block in whole.content] == ["text"]
     assert whole.content[0].text == expected and expected
     assert whole.stop_reason == {"length": "max_tokens", "stop": "end_turn"}[finish] and whole.stop_sequence is None
-    assert (whole.usage.input_tokens, whole.usage.output_tokens) == (usage.prompt_tokens, usage.completion_tokens)
+    assert whole.usage.input_tokens + whole.usage.cache_read_input_tokens == usage.prompt_tokens
+    assert whole.usage.output_tokens == usage.completion_tokens
     system_blocks = [{"type": "text", "text": SYSTEM}]
     with client.messages.stream(model=MODEL, system=system_blocks, messages=MESSAGES, max_tokens=48,
                                 **GREEDY) as stream:
@@ -49,7 +53,7 @@ def test_sdk_answers_as_chat_does_streamed_and_not(base_url):
         final = stream.get_final_message()
     assert "".join(deltas) == stream.get_final_text() == expected and len(deltas) > 1
     assert final.stop_reason == whole.stop_reason and final.usage.output_tokens == whole.usage.output_tokens
-    assert final.usage.input_tokens == whole.usage.input_tokens
+    assert final.usage.input_tokens + final.usage.cache_read_input_tokens == usage.prompt_tokens
 
 
 def test_stream_sends_anthropics_event_sequence(base_url):
@@ -61,7 +65,7 @@ def test_stream_sends_anthropics_event_sequence(base_url):
     datas = [json.loads(line.removeprefix("data: ")) for line in lines if line.startswith("data: ")]
     assert [d["type"] for d in datas] == names
     deltas = names.count("content_block_delta")
-    assert names == ["message_start", "content_block_start", "ping", *["content_block_delta"] * deltas,
+    assert names == ["message_start", "ping", "content_block_start", *["content_block_delta"] * deltas,
                      "content_block_stop", "message_delta", "message_stop"] and deltas >= 1
     start = datas[0]["message"]
     assert start["content"] == [] and start["usage"]["output_tokens"] == 0 and start["usage"]["input_tokens"] > 0
@@ -97,18 +101,22 @@ async def test_a_final_assistant_message_is_continued(http, base_url):
                                    {"prompt": prompt + prefill, "max_tokens": 16, "temperature": 0})
     continued = answer["content"][0]["text"]
     assert continued == completion_text(completion) and continued and not continued.startswith(prefill)
-    assert answer["usage"]["input_tokens"] == completion["usage"]["prompt_tokens"]
+    usage = answer["usage"]
+    assert usage["input_tokens"] + usage["cache_read_input_tokens"] == completion["usage"]["prompt_tokens"]
 
 
 async def test_bad_input_lists_every_problem_in_anthropics_shape(http, base_url):
     body = {
-        "model": MODEL, "temperature": 1.5, "top_k": -1, "stop_sequences": "x", "tools": [{"name": "t"}],
+        "model": MODEL, "temperature": 1.5, "top_k": -1, "stop_sequences": "x",
+        "tools": [{"name": "t"}, {"type": "web_search_20250305", "name": "web_search"}],
+        "tool_choice": {"type": "tool", "name": "nope"},
         "system": [{"type": "image", "source": {}}, {"type": {"not": "a name"}}], "metadata": "m",
         "thinking": {"type": "enabled", "budget_tokens": 2048}, "output_config": {"format": {"type": "json_schema"}},
         "messages": [
             {"role": "system", "content": "s"},
-            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "tool_result", "tool_use_id": "1"}]},
-            {"role": "assistant", "content": [{"type": "tool_use", "id": "1", "name": "t", "input": {}}]},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "tool_result"},
+                                         {"type": "tool_use", "id": "1", "name": "t", "input": {}}]},
+            {"role": "assistant", "content": [{"type": "tool_use", "id": "1", "name": "t", "input": "{}"}]},
         ],
     }
     async with http.post(base_url + "/v1/messages", json=body) as response:
@@ -116,13 +124,15 @@ async def test_bad_input_lists_every_problem_in_anthropics_shape(http, base_url)
         answer = await response.json()
     assert answer["type"] == "error" and answer["error"]["type"] == "invalid_request_error"
     message = answer["error"]["message"]
-    for expected in ["tools: tool use is not supported yet", "thinking:", "output_config.format:",
+    for expected in ["tools[0].input_schema: input_schema is required", "tools[1].type: 'web_search_20250305' tools are not supported",
+                     "tool_choice.name: tool_choice names 'nope'", "thinking:", "output_config.format:",
                      "system[0]: image blocks: images are not supported yet", "system[1]: a content block must be",
-                     "metadata must", "messages[0].role:", "messages[1].content[1]: tool_result blocks",
-                     "messages[2].content[0]: tool_use blocks",
+                     "metadata must", "messages[0].role:", "messages[1].content[1].tool_use_id: a tool_result block",
+                     "messages[1].content[2]: tool_use blocks belong in assistant messages",
+                     "messages[2].content[0].input: a tool_use block's input must be an object",
                      "max_tokens is required", "temperature must", "top_k must", "stop_sequences must"]:
         assert expected in message, expected
-    assert message.count("; ") == 12
+    assert message.count("; ") == 15
 
 
 async def test_refusals_after_parsing_keep_anthropics_shape(http, base_url):
@@ -173,3 +183,100 @@ def test_sdk_authenticates_with_x_api_key(keyed, model_path):
     assert answer.usage.output_tokens == 4
     with pytest.raises(anthropic.AuthenticationError, match="INVALID_API_KEY"):
         anthropic.Anthropic(base_url=keyed.url, api_key="wrong").messages.create(**ask)
+
+
+# Tools: the same functions as the chat tool tests, in Anthropic's shape.
+ANTHROPIC_TOOLS = [{"name": t["function"]["name"], "description": t["function"]["description"],
+                    "input_schema": t["function"]["parameters"]} for t in TOOLS]
+ONE_CALL = {"type": "any", "disable_parallel_tool_use": True}
+TOOL_HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_1", "name": "get_weather",
+                                       "input": {"city": "Paris", "unit": "celsius"}}]},
+    {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1",
+                                  "content": [{"type": "text", "text": '{"temperature": 21, "sky": "sunny"}'}]}]},
+]
+AS_CHAT_HISTORY = [
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "toolu_1", "type": "function",
+         "function": {"name": "get_weather", "arguments": '{"city": "Paris", "unit": "celsius"}'}}]},
+    {"role": "tool", "tool_call_id": "toolu_1", "content": '{"temperature": 21, "sky": "sunny"}'},
+]
+
+
+@pytest.fixture(scope="module")
+def hermes(model_path, tmp_path_factory):
+    worker = template_worker(tmp_path_factory.mktemp("hermes"), model_path, "hermes", HERMES_TEMPLATE)
+    yield worker
+    assert worker.stop() == 0, worker.log()[-3000:]
+
+
+@pytest.fixture(params=["hermes", "own_template"])
+def served(request, hermes, worker) -> tuple[str, str]:
+    """(base url, model id): a Hermes-template worker, then the shared one with the model's own template."""
+    url = hermes.url if request.param == "hermes" else worker.url
+    return url, openai.OpenAI(base_url=url + "/v1", api_key="unused").models.list().data[0].id
+
+
+def _uses(message) -> list[tuple[str, dict]]:
+    """The message's tool_use blocks, each checked: its id, and its input against the tool's schema."""
+    uses = [block for block in message.content if block.type == "tool_use"]
+    for block in uses:
+        assert block.id.startswith("toolu_")
+        jsonschema.validate(block.input, SCHEMAS[block.name])
+    return [(block.name, block.input) for block in uses]
+
+
+def test_a_forced_tool_use_is_the_chat_routes_call(served):
+    url, model = served
+    client = anthropic.Anthropic(base_url=url, api_key="unused")
+    whole = client.messages.create(model=model, messages=[{"role": "user", "content": "What is the weather in "
+                                                           "Paris?"}], tools=ANTHROPIC_TOOLS, tool_choice=ONE_CALL,
+                                   max_tokens=120, **GREEDY)
+    uses = _uses(whole)
+    assert len(uses) == 1 and whole.stop_reason == "tool_use"
+    chat = openai.OpenAI(base_url=url + "/v1", api_key="unused").chat.completions.create(
+        model=model, messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=TOOLS,
+        tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=120)
+    [call] = chat.choices[0].message.tool_calls
+    assert uses == [(call.function.name, json.loads(call.function.arguments))]
+    with client.messages.stream(model=model, messages=[{"role": "user", "content": "What is the weather in Paris?"}],
+                                tools=ANTHROPIC_TOOLS, tool_choice=ONE_CALL, max_tokens=120, **GREEDY) as stream:
+        events = [event.type for event in stream]
+        final = stream.get_final_message()
+    assert _uses(final) == uses and final.stop_reason == "tool_use"
+    assert [block.type for block in final.content] == [block.type for block in whole.content]
+    assert "input_json" in events  # the SDK's event for an input_json_delta
+
+
+def test_a_named_tool_is_the_one_used(served):
+    url, model = served
+    answer = anthropic.Anthropic(base_url=url, api_key="unused").messages.create(
+        model=model, messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=ANTHROPIC_TOOLS,
+        tool_choice={"type": "tool", "name": "get_time"}, max_tokens=120, **GREEDY)
+    assert {name for name, _ in _uses(answer)} == {"get_time"}
+
+
+def test_a_history_with_tool_use_and_result_answers_as_chat_does(served):
+    url, model = served
+    answer = anthropic.Anthropic(base_url=url, api_key="unused").messages.create(
+        model=model, messages=TOOL_HISTORY, tools=ANTHROPIC_TOOLS, max_tokens=48, **GREEDY)
+    chat = openai.OpenAI(base_url=url + "/v1", api_key="unused").chat.completions.create(
+        model=model, messages=AS_CHAT_HISTORY, tools=TOOLS, temperature=0, max_tokens=48).choices[0]
+    texts = [block.text for block in answer.content if block.type == "text"]
+    assert "".join(texts) == (chat.message.content or "")
+    assert [(n, json.dumps(i)) for n, i in _uses(answer)] == [
+        (c.function.name, json.dumps(json.loads(c.function.arguments))) for c in chat.message.tool_calls or []]
+    assert answer.stop_reason == {"tool_calls": "tool_use", "stop": "end_turn", "length": "max_tokens"}[
+        chat.finish_reason]
+
+
+def test_tool_choice_none_answers_as_without_tools(served):
+    url, model = served
+    client = anthropic.Anthropic(base_url=url, api_key="unused")
+    ask = dict(model=model, messages=[{"role": "user", "content": "What is the weather in Paris?"}], max_tokens=32,
+               **GREEDY)
+    plain = client.messages.create(**ask)
+    none = client.messages.create(**ask, tools=ANTHROPIC_TOOLS, tool_choice={"type": "none"})
+    assert [block.type for block in none.content] == ["text"] and none.content == plain.content

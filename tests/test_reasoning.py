@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anthropic
 import openai
 import pytest
 
@@ -92,6 +93,19 @@ async def test_reasoning_content_apart_from_content(client):
             reasoning += (choice.delta.model_extra or {}).get("reasoning_content") or ""
             content += choice.delta.content or ""
     assert (reasoning, content) == ("Let me see.", "The answer is 4.")
+
+
+def test_anthropic_messages_answer_with_a_thinking_block_first(thinking_worker):
+    client = anthropic.Anthropic(base_url=thinking_worker.url, api_key="unused")
+    ask = dict(model="thinker", messages=COPY, max_tokens=40, extra_body={"temperature": 0})
+    blocks = lambda message: [(b.type, b.thinking if b.type == "thinking" else b.text)  # noqa: E731
+                              for b in message.content]
+    whole = client.messages.create(**ask)
+    assert blocks(whole) == [("thinking", "Let me see."), ("text", "The answer is 4.")]
+    with client.messages.stream(**ask) as stream:
+        kinds = [event.delta.type for event in stream if event.type == "content_block_delta"]
+        final = stream.get_final_message()
+    assert blocks(final) == blocks(whole) and kinds[0] == "thinking_delta" and kinds[-1] == "text_delta"
 
 
 async def test_chat_template_kwargs_turn_thinking_off(client):

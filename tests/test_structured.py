@@ -70,6 +70,10 @@ SCHEMAS = {
     "one_of": ("a shape", _object({"shape": {"oneOf": [
         _object({"kind": {"const": "circle"}, "radius": {"type": "integer"}}),
         _object({"kind": {"const": "square"}, "side": {"type": "integer"}})]}})),
+    "integer_bounds": ("a guest, a dice roll and a basement floor", _object({
+        "age": {"type": "integer", "minimum": 18, "maximum": 99},
+        "roll": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 7},
+        "floor": {"type": "integer", "maximum": -1}, "visits": {"type": "integer", "minimum": 105}})),
 }
 
 
@@ -94,6 +98,20 @@ async def test_json_schema_output_validates(http, base_url, name):
     body = _chat(f"Give me {what} as JSON.", response_format=_json_schema(schema, name))
     for text, finish in await _both(http, base_url, CHAT, body):
         assert finish == "stop", text  # the grammar completed and the model could only end
+        jsonschema.validate(json.loads(text), schema)
+
+
+async def test_integer_bounds_hold_when_sampling(http, base_url):
+    """Drawn at temperature 1: with the same fields unbounded, every one of these draws left the ranges
+    (balance always came out positive, and age reached 1000166)."""
+    schema = _object({"age": {"type": "integer", "minimum": 18, "maximum": 99},
+                      "siblings": {"type": "integer", "minimum": 0, "exclusiveMaximum": 12},
+                      "balance": {"type": "integer", "minimum": -500, "maximum": -20}})
+    for seed in range(8):  # one at a time: each within the client's timeout on a busy machine
+        body = _chat("Give me a person as JSON.", temperature=1.0, seed=seed, response_format=_json_schema(schema))
+        result = await openai_once(http, base_url + CHAT, body)
+        text = completion_text(result)
+        assert result["choices"][0]["finish_reason"] == "stop", text
         jsonschema.validate(json.loads(text), schema)
 
 
@@ -185,6 +203,23 @@ def test_openai_sdk_parse_returns_the_model(base_url):
     assert choice.message.parsed.role in ("admin", "user")
 
 
+class Booking(BaseModel):
+    guests: int = Field(ge=1, le=8)
+    nights: int = Field(gt=0, lt=31)
+    floor: int = Field(ge=-2, le=40)
+
+
+def test_openai_sdk_parse_with_integer_bounds(base_url):
+    """pydantic writes ge/le/gt/lt as minimum/maximum/exclusiveMinimum/exclusiveMaximum; parse validates them."""
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused")
+    for seed in range(3):
+        completion = client.chat.completions.parse(
+            model="smollm2-135m-instruct", response_format=Booking, temperature=1.0, seed=seed, max_tokens=100,
+            messages=[{"role": "user", "content": "Book a hotel stay, as JSON."}])
+        choice = completion.choices[0]
+        assert choice.finish_reason == "stop" and isinstance(choice.message.parsed, Booking)
+
+
 async def _refused(http, url: str, body: dict) -> dict:
     async with http.post(url, json=body) as response:
         assert response.status == 400, await response.text()
@@ -215,7 +250,7 @@ async def test_execute_bad_grammar_and_schema_are_400s(http, base_url):
     job = {"job_id": "bad", "prompt": "Hi", "max_tokens": 4}
     body = await _refused(http, base_url + "/execute", {**job, "grammar": 'root ::= "a'})
     assert [e["field"] for e in body["errors"]] == ["grammar"]
-    body = await _refused(http, base_url + "/execute", {**job, "json_schema": {"type": "integer", "maximum": 9}})
+    body = await _refused(http, base_url + "/execute", {**job, "json_schema": {"type": "number", "maximum": 9}})
     assert [e["field"] for e in body["errors"]] == ["json_schema.maximum"]
     body = await _refused(http, base_url + "/execute", {**job, "grammar": YES_NO, "json_schema": {"type": "string"}})
     assert [e["field"] for e in body["errors"]] == ["json_schema"]
@@ -240,7 +275,8 @@ async def test_grammar_and_response_format_together_are_refused(http, base_url):
 
 async def test_every_unsupported_keyword_is_listed(http, base_url):
     schema = _object({
-        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+        "height": {"type": "number", "minimum": 0, "maximum": 3},
+        "step": {"type": "integer", "multipleOf": 5},
         "email": {"type": "string", "format": "email"},
         "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
         "code": {"type": "string", "pattern": "^[a-z]+$", "maxLength": 4},
@@ -250,7 +286,7 @@ async def test_every_unsupported_keyword_is_listed(http, base_url):
     body = await _refused(http, base_url + CHAT, _chat("Hi", response_format=_json_schema(schema)))
     prefix = "response_format.json_schema.schema.properties."
     assert _openai_fields(body) == {prefix + f for f in (
-        "age.minimum", "age.maximum", "email.format", "tags.uniqueItems", "code.maxLength",
+        "height.minimum", "height.maximum", "step.multipleOf", "email.format", "tags.uniqueItems", "code.maxLength",
         "meta.patternProperties", "other.not")}
 
 

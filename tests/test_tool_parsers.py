@@ -144,3 +144,18 @@ def test_forced_call_grammar_wraps_the_converted_schema():
     assert '"\\"ping\\""' in named and '"\\"ship\\""' not in named and "tool-call ::=" not in named
     llama = call_grammar(LLAMA_3_FORMAT, Tools((ping,), forced=True, only=None, parallel=True))
     assert '"\\"parameters\\""' in llama and "</think>" not in llama  # the engine holds a grammar back while thinking
+
+
+def test_lazy_call_grammar_starts_at_the_trigger():
+    """tool_choice auto: the grammar's root starts with the text that wakes it, the layout's whitespace loose."""
+    ping = Function("ping", None, {"type": "object", "properties": {}})
+    tools = Tools((ping,), forced=False, only=None, parallel=True)
+    hermes = call_grammar(HERMES_FORMAT, tools, lazy=True)
+    assert "root ::= tool-call ( layout-space tool-call )*" in hermes
+    assert 'tool-call ::= "<tool_call>" layout-space ( "{" space name-kv' in hermes
+    assert '"}" space ) layout-space "</tool_call>"' in hermes
+    mistral = call_grammar(MISTRAL_FORMAT, tools, lazy=True)  # [TOOL_CALLS] is a control token: no text wakes on it
+    assert "[TOOL_CALLS]" not in mistral and 'root ::= "[" space' in mistral
+    for fmt in (GENERIC_FORMAT, LLAMA_3_FORMAT):  # their calls are bare JSON, which the trigger opens
+        assert call_grammar(fmt, tools, lazy=True) == call_grammar(fmt, tools)
+        assert 'root ::= "{" space' in call_grammar(fmt, tools)

@@ -77,9 +77,11 @@ def orch_body(failure: Failure) -> dict:
     return {"errors": [{**p.as_dict(), "code": failure.code} for p in failure.problems]}
 
 
-def anthropic_error(kind: str, code: str, message: str) -> dict:
-    """Anthropic's error shape, with the worker's own code beside its type (as the OpenAI routes name it)."""
-    return {"type": "error", "error": {"type": kind, "code": code, "message": message}}
+def anthropic_error(kind: str, code: str, message: str, problems: list[Problem] | None = None) -> dict:
+    """Anthropic's error shape, with the worker's own code beside its type (as the OpenAI routes name it),
+    and each problem apart in `errors`, as the OpenAI routes list them."""
+    listed = {"errors": [p.as_dict() for p in problems]} if problems else {}
+    return {"type": "error", "error": {"type": kind, "code": code, "message": message, **listed}}
 
 
 _ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 503: "overloaded_error"}
@@ -89,7 +91,7 @@ def anthropic_body(failure: Failure) -> dict:
     # One message carries every problem, each named by its field unless it names itself.
     listing = "; ".join(p.message if p.message.startswith(p.field) else f"{p.field}: {p.message}"
                         for p in failure.problems)
-    return anthropic_error(_ANTHROPIC_TYPES.get(failure.status, "api_error"), failure.code, listing)
+    return anthropic_error(_ANTHROPIC_TYPES.get(failure.status, "api_error"), failure.code, listing, failure.problems)
 
 
 _BODIES = {Family.OPENAI: openai_body, Family.ORCH: orch_body, Family.ANTHROPIC: anthropic_body}

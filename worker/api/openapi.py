@@ -9,6 +9,8 @@ from worker.api.embeddings import ENCODINGS, MAX_INPUTS
 from worker.api.schemas import (EXECUTE_STOP_BYTES, EXECUTE_STOP_STRINGS, MAX_COMPLETION_LOGPROBS, MAX_STOP_BYTES,
                                 MAX_STOP_STRINGS, MAX_TOP_LOGPROBS, ROLES)
 from worker.api.structured import MAX_GRAMMAR_CHARS
+from worker.engine import SamplingParams
+from worker.fields import ANTHROPIC_SAMPLING, EXECUTE_SAMPLING, OPENAI_SAMPLING, NumberField
 
 
 def _stop_string(max_bytes: int) -> dict:
@@ -26,17 +28,28 @@ _RESPONSE_FORMAT = {"oneOf": [
         "json_schema": {"type": "object", "required": ["schema"], "properties": {
             "name": {"type": "string"}, "schema": {"type": "object"}, "strict": {"type": ["boolean", "null"]}}}}},
 ]}
+def _number(field: NumberField) -> dict:
+    """A sampling field's schema, from its row in worker/fields.py; its default is the engine's."""
+    kind = "integer" if field.integer else "number"
+    schema: dict[str, Any] = {"type": [kind, "null"] if field.nullable else kind}
+    if field.low is not None:
+        schema["minimum"] = field.low
+    if field.high is not None:
+        schema["maximum"] = field.high
+    default = getattr(SamplingParams(), field.sets)
+    if default is not None:
+        schema["default"] = default
+    if field.per_model:
+        schema["description"] = "default: the models.toml entry's sampling value, if it sets one"
+    return schema
+
+
+def _numbers(fields: tuple[NumberField, ...]) -> dict[str, dict]:
+    return {field.name: _number(field) for field in fields}
+
+
 _SAMPLING = {
-    "temperature": {"type": ["number", "null"], "minimum": 0, "maximum": 2},
-    "top_p": {"type": ["number", "null"], "minimum": 0, "maximum": 1},
-    "top_k": {"type": ["integer", "null"], "minimum": 0},
-    "min_p": {"type": "number", "minimum": 0, "maximum": 1},
-    "repeat_penalty": {"type": "number", "minimum": 0, "maximum": 2},
-    "repetition_penalty": {"type": "number", "minimum": 0, "maximum": 2},
-    "repeat_last_n": {"type": "integer", "minimum": 0, "maximum": 4096},
-    "presence_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
-    "frequency_penalty": {"type": ["number", "null"], "minimum": -2, "maximum": 2},
-    "seed": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**64 - 1},
+    **_numbers(OPENAI_SAMPLING),
     "max_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
     "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
     "stop": {"oneOf": [_stop_string(MAX_STOP_BYTES), {"type": "null"},
@@ -104,6 +117,23 @@ _MESSAGE = {"anyOf": [
 _PROMPT = {"type": "string", "minLength": 1}
 _TEXT_BLOCKS = {"type": "array", "items": {"type": "object", "required": ["type", "text"],
                                            "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}}
+# Anthropic's content blocks, as requests carry them.
+_TEXT_IN = {"type": "object", "required": ["type", "text"],
+            "properties": {"type": {"const": "text"}, "text": {"type": "string"}}}
+_TOOL_USE_IN = {"type": "object", "required": ["type", "id", "name", "input"], "properties": {
+    "type": {"const": "tool_use"}, "id": {"type": "string", "minLength": 1}, "name": {"type": "string", "minLength": 1},
+    "input": {"type": "object"}}}
+_RESULT_IN = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
+    "type": {"const": "tool_result"}, "tool_use_id": {"type": "string", "minLength": 1},
+    "content": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS]}, "is_error": {"type": "boolean"}}}
+_THINKING_IN = {"type": "object", "required": ["type"], "description": "an earlier turn's thinking: left out",
+                "properties": {"type": {"enum": ["thinking", "redacted_thinking"]}}}
+
+
+def _blocks(*kinds: dict) -> dict:
+    return {"type": "array", "items": {"oneOf": list(kinds)}}
+
+
 _TOKEN_IDS = {"type": "array", "minItems": 1,
               "items": {"type": "integer", "minimum": 0, "description": "below the model's vocabulary size"}}
 def _detokenize_request(n_vocab: int | None) -> dict:
@@ -132,14 +162,9 @@ SCHEMAS: dict[str, Any] = {
         "job_id": {"type": "string", "minLength": 1},
         "prompt": {"type": "string", "minLength": 1, "maxLength": 32768},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2048},
-        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
-        "top_k": {"type": "integer", "minimum": 0},
-        "min_p": {"type": "number", "minimum": 0, "maximum": 1},
-        "repetition_penalty": {"type": "number", "minimum": 0, "maximum": 2},
+        **_numbers(EXECUTE_SAMPLING),
         "stop": {"type": ["array", "null"], "maxItems": EXECUTE_STOP_STRINGS,
                  "items": _stop_string(EXECUTE_STOP_BYTES)},
-        "seed": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**64 - 1},
         "grammar": _GRAMMAR,
         "json_schema": {"type": ["object", "null"], "description": "a JSON schema the output must validate against"},
     }},
@@ -161,24 +186,38 @@ SCHEMAS: dict[str, Any] = {
     "MessagesRequest": {"type": "object", "required": ["messages", "max_tokens"], "properties": {
         "model": {"type": "string"},
         "system": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}]},
-        "messages": {"type": "array", "minItems": 1, "items": {
-            "type": "object", "required": ["role", "content"],
-            "properties": {"role": {"enum": ["user", "assistant"]},
-                           "content": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS]}}},
-            "description": "a final assistant message is continued (prefill)"},
+        "messages": {"type": "array", "minItems": 1, "items": {"oneOf": [
+            {"type": "object", "required": ["role", "content"], "properties": {
+                "role": {"const": "user"}, "content": {"oneOf": [{"type": "string"}, _blocks(_TEXT_IN, _RESULT_IN)]}}},
+            {"type": "object", "required": ["role", "content"], "properties": {
+                "role": {"const": "assistant"},
+                "content": {"oneOf": [{"type": "string"}, _blocks(_TEXT_IN, _TOOL_USE_IN, _THINKING_IN)]}}}]},
+            "description": "a final assistant message is continued (prefill); one that calls tools must be "
+                           "followed by a user message with their results"},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
         "stop_sequences": {"type": ["array", "null"], "maxItems": MAX_STOP_STRINGS,
                            "items": _stop_string(MAX_STOP_BYTES)},
-        "temperature": {"type": "number", "minimum": 0, "maximum": 1},
-        "top_p": {"type": "number", "minimum": 0, "maximum": 1},
-        "top_k": {"type": "integer", "minimum": 0},
+        **_numbers(ANTHROPIC_SAMPLING),
+        "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["name", "input_schema"],
+                                                       "properties": {
+            "type": {"const": "custom", "description": "only custom tools"},
+            "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"},
+            "description": {"type": "string"},
+            "input_schema": {"type": "object", "required": ["type"], "properties": {"type": {"const": "object"}},
+                             "description": "a JSON schema of the input; for a forced call, one the grammar "
+                                            "converter supports in full"}}}},
+        "tool_choice": {"type": ["object", "null"], "required": ["type"], "properties": {
+            "type": {"enum": ["auto", "any", "tool", "none"]},
+            "name": {"type": "string", "description": "with type tool: a tool in tools"},
+            "disable_parallel_tool_use": {"type": ["boolean", "null"]}}},
         "metadata": {"type": ["object", "null"]},
         "stream": {"type": ["boolean", "null"]},
     }},
     "AnthropicError": {"type": "object", "required": ["type", "error"], "properties": {
         "type": {"const": "error"},
         "error": {"type": "object", "required": ["type", "message"], "properties": {
-            "type": {"type": "string"}, "code": {"type": "string"}, "message": {"type": "string"}}}}},
+            "type": {"type": "string"}, "code": {"type": "string"}, "message": {"type": "string"},
+            "errors": {"type": "array", "description": "each problem apart, as on the OpenAI routes"}}}}},
     "EmbeddingRequest": {"type": "object", "required": ["input"], "properties": {
         "input": {"oneOf": [_PROMPT, _TOKEN_IDS, {"type": "array", "minItems": 1, "maxItems": MAX_INPUTS,
                                                  "items": {"oneOf": [_PROMPT, _TOKEN_IDS]}}]},
@@ -267,19 +306,26 @@ _HEALTH = {"description": "healthy", **_json({"type": "object", "properties": {
     "status": {"type": "string"}, "vram_bytes": {"type": "integer"}}})}
 
 _TEXT_BLOCK = _event("text", {"text": _TEXT})
+_THINKING_BLOCK = _event("thinking", {"thinking": _TEXT, "signature": _TEXT})
+_TOOL_USE_BLOCK = _event("tool_use", {"id": {"type": "string", "pattern": "^toolu_"}, "name": _TEXT,
+                                      "input": {"type": "object"}})
+_BLOCK = {"oneOf": [_TEXT_BLOCK, _THINKING_BLOCK, _TOOL_USE_BLOCK]}
 _ANTHROPIC_USAGE = {"type": "object", "required": ["input_tokens", "output_tokens"],
-                    "properties": {"input_tokens": _COUNT, "output_tokens": _COUNT}}
-_ANTHROPIC_ENDING = {"stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", None]},
+                    "properties": {"input_tokens": _COUNT, "output_tokens": _COUNT,
+                                   "cache_read_input_tokens": _COUNT}}
+_ANTHROPIC_ENDING = {"stop_reason": {"enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use", None]},
                      "stop_sequence": {"type": ["string", "null"]}}
 _ANTHROPIC_MESSAGE = _event("message", {"id": _TEXT, "role": {"const": "assistant"}, "model": _TEXT,
-                                        "content": {"type": "array", "items": _TEXT_BLOCK},
+                                        "content": {"type": "array", "items": _BLOCK},
                                         **_ANTHROPIC_ENDING, "usage": _ANTHROPIC_USAGE})
+_BLOCK_DELTA = {"oneOf": [_event("text_delta", {"text": _TEXT}), _event("thinking_delta", {"thinking": _TEXT}),
+                          _event("input_json_delta", {"partial_json": _TEXT})]}
 # Each event's data; its `event:` line repeats the data's type. A failure mid-stream ends with an error event.
 _ANTHROPIC_EVENT = {"oneOf": [
     _event("message_start", {"message": _ANTHROPIC_MESSAGE}),
-    _event("content_block_start", {"index": _COUNT, "content_block": _TEXT_BLOCK}),
+    _event("content_block_start", {"index": _COUNT, "content_block": _BLOCK}),
     _event("ping", {}),
-    _event("content_block_delta", {"index": _COUNT, "delta": _event("text_delta", {"text": _TEXT})}),
+    _event("content_block_delta", {"index": _COUNT, "delta": _BLOCK_DELTA}),
     _event("content_block_stop", {"index": _COUNT}),
     _event("message_delta", {"delta": {"type": "object", "required": list(_ANTHROPIC_ENDING),
                                        "properties": _ANTHROPIC_ENDING}, "usage": _ANTHROPIC_USAGE}),
@@ -326,7 +372,7 @@ def _one_text(name: str) -> dict:
 PATHS: dict[str, dict] = {
     "/v1/chat/completions": _post("OpenAI chat completion", "ChatRequest", _GENERATED, "OpenAIError"),
     "/v1/completions": _post("OpenAI text completion", "CompletionRequest", _GENERATED, "OpenAIError"),
-    "/v1/messages": _post("Anthropic Messages API (text blocks)", "MessagesRequest", _MESSAGES, "AnthropicError"),
+    "/v1/messages": _post("Anthropic Messages API (text, tool_use and tool_result blocks)", "MessagesRequest", _MESSAGES, "AnthropicError"),
     "/v1/embeddings": _embeddings_path(),
     "/tokenize": _post("Text -> token ids (llama-server's shape)", "TokenizeRequest", _TOKENS, "OpenAIError"),
     "/detokenize": _post("Token ids -> text", "DetokenizeRequest", _one_text("content"), "OpenAIError"),

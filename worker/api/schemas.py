@@ -1,7 +1,7 @@
 """Request bodies -> engine requests, with every problem listed.
 
-One table of sampling fields serves the OpenAI routes; the pool-manager
-contract has its own narrower table.
+Sampling fields are read by their table (worker/fields.py): the OpenAI routes' rows, or the
+pool-manager contract's narrower ones.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from worker.api.structured import GrammarCheck, execute_grammar, openai_grammar
 from worker.api.tools.request import Tools, history_fields, read_tools
 from worker.engine import SamplingParams
 from worker.errors import WorkerError
+from worker.fields import EXECUTE_SAMPLING, OPENAI_SAMPLING, NumberField
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_BYTES = 256
@@ -43,6 +44,7 @@ class ChatRequest:
     generation: Generation
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
     tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
+    prefill: str = ""  # the start of the answer, which the model continues (Anthropic's final assistant message)
 
 
 @dataclass(frozen=True)
@@ -69,28 +71,23 @@ MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
 
 
+def read_sampling(r: Reader, fields: tuple[NumberField, ...], base: SamplingParams) -> SamplingParams:
+    """The request's sampling `fields` over `base` (the model's defaults): what the request names wins."""
+    values: dict[str, Any] = {}
+    for f in fields:
+        default = values.get(f.sets, getattr(base, f.sets))  # an alias read later falls back on the first
+        values[f.sets] = r.number(f.name, default, low=f.low, high=f.high, integer=f.integer, nullable=f.nullable)
+    return replace(base, **values)
+
+
 def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingParams:
-    """The request's sampling fields over `base` (the model's defaults): what the request names wins."""
-    repeat = r.number("repeat_penalty", base.repeat_penalty, low=0, high=2)
-    return replace(
-        base,
-        temperature=r.number("temperature", base.temperature, low=0, high=2, nullable=True),
-        top_k=r.number("top_k", base.top_k, low=0, integer=True, nullable=True),
-        top_p=r.number("top_p", base.top_p, low=0, high=1, nullable=True),
-        min_p=r.number("min_p", base.min_p, low=0, high=1),
-        repeat_penalty=r.number("repetition_penalty", repeat, low=0, high=2),
-        repeat_last_n=r.number("repeat_last_n", base.repeat_last_n, low=0, high=4096, integer=True),
-        presence_penalty=r.number("presence_penalty", base.presence_penalty, low=-2, high=2, nullable=True),
-        frequency_penalty=r.number("frequency_penalty", base.frequency_penalty, low=-2, high=2, nullable=True),
-        seed=r.number("seed", None, low=0, high=2**64 - 1, integer=True, nullable=True),
-        logit_bias=_logit_bias(r, n_vocab),
-    )
+    return replace(read_sampling(r, OPENAI_SAMPLING, base), logit_bias=_logit_bias(r, n_vocab))
 
 
 def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
     """A models.toml sampling table, held to the same names and ranges as a request's fields."""
     r = Reader(table)
-    params = _openai_sampling(r, 0, SamplingParams())
+    params = read_sampling(r, tuple(f for f in OPENAI_SAMPLING if f.per_model), SamplingParams())
     if r.problems:
         raise WorkerError("models.toml sampling defaults: " + "; ".join(p.message for p in r.problems))
     return params
@@ -236,7 +233,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
 
 def prompt_chars(request: ChatRequest | CompletionRequest) -> tuple[str, int]:
     if isinstance(request, ChatRequest):
-        return "messages", sum(len(m["content"]) for m in request.messages)
+        return "messages", sum(len(m["content"]) for m in request.messages) + len(request.prefill)
     return "prompt", len(request.prompt)
 
 
@@ -263,16 +260,7 @@ def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParam
     job_id = r.string("job_id", required=True, min_length=1)
     prompt = r.string("prompt", required=True, min_length=1, max_length=32768)
     max_tokens = r.number("max_tokens", required=True, low=1, high=2048, integer=True)
-    sampling = replace(
-        defaults,
-        temperature=r.number("temperature", defaults.temperature, low=0, high=2),
-        top_p=r.number("top_p", defaults.top_p, low=0, high=1),
-        top_k=r.number("top_k", defaults.top_k, low=0, integer=True),
-        min_p=r.number("min_p", defaults.min_p, low=0, high=1),
-        repeat_penalty=r.number("repetition_penalty", defaults.repeat_penalty, low=0, high=2),
-        seed=r.number("seed", None, low=0, high=2**64 - 1, integer=True, nullable=True),
-        grammar=execute_grammar(r, check_grammar),
-    )
+    sampling = replace(read_sampling(r, EXECUTE_SAMPLING, defaults), grammar=execute_grammar(r, check_grammar))
     stop = r.stop_strings("stop", max_items=EXECUTE_STOP_STRINGS, max_bytes=EXECUTE_STOP_BYTES, allow_single=False)
     r.done()
     return ExecuteRequest(job_id, prompt, Generation(max_tokens, sampling, stop, stream=True))

@@ -10,6 +10,7 @@ from aiohttp import web
 from worker.api.problems import Reader, integral, parse_json_object
 from worker.api.schemas import parse_chat
 from worker.api.state import WORKER
+from worker.api.tools.plan import chat_text
 
 routes = web.RouteTableDef()
 
@@ -78,4 +79,4 @@ async def apply_template(request: web.Request) -> web.Response:
     engine = worker.require_engine()
     # The chat route's own parsing, so a conversation renders here exactly when it would run there.
     chat = parse_chat(parse_json_object(await request.read()), engine.n_vocab, worker.sampling)
-    return web.json_response({"prompt": engine.chat.render(chat.messages)})
+    return web.json_response({"prompt": chat_text(engine, chat)})

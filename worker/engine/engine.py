@@ -121,17 +121,17 @@ class Engine:
     def tokenize(self, text: str) -> list[int]:
         return self.model.tokenize(text, add_special=self.model.add_bos)
 
-    def tokenize_chat(self, messages: list[dict[str, str]], prefill: str = "") -> list[int]:
-        return self.chat_prompt(messages, prefill=prefill).tokens
+    def chat_text(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None,
+                  prefill: str = "", tools: list[dict[str, Any]] | None = None) -> str:
+        """The conversation through the chat template: the prompt's text.
 
-    def chat_prompt(self, messages: list[dict[str, Any]], template_kwargs: dict[str, Any] | None = None,
-                    prefill: str = "", tools: list[dict[str, Any]] | None = None) -> ChatPrompt:
-        """The conversation through the chat template, and how to split the reply if the model thinks.
+        `template_kwargs`: extra template variables (chat_template_kwargs) over the model's own; `prefill`
+        starts the answer for the model to continue (after the template's generation prompt); `tools`: the
+        tools on offer."""
+        return self.chat.render(messages, {**self.template_kwargs, **(template_kwargs or {})}, tools) + prefill
 
-        `template_kwargs`: extra template variables (chat_template_kwargs); `prefill` starts the answer
-        for the model to continue (after the template's generation prompt); `tools`: the tools on offer.
-        """
-        prompt = self.chat.render(messages, {**self.template_kwargs, **(template_kwargs or {})}, tools) + prefill
+    def chat_prompt(self, prompt: str) -> ChatPrompt:
+        """A chat_text's tokens, and how to split the reply if the model thinks."""
         # A template that writes BOS itself must not get a second one from the tokenizer.
         add_bos = self.model.add_bos and not prompt.startswith(self.chat.bos_text)
         reasoning = None

@@ -91,8 +91,22 @@ class GrammarSampler:
         llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(self._one))
         return self._one_data[0].logit != -np.inf
 
-    def sample(self, chain: llama_cpp.llama_sampler_p, ctx: llama_cpp.llama_context_p, row: int) -> int | None:
-        """The next token under the grammar, accepted by grammar and chain; None when the grammar allows none."""
+    def take(self, tokens: list[int]) -> bool:
+        """Feed the grammar tokens already written (a lazy grammar's replay), each checked before it is accepted:
+        accepting one it refuses would abort inside llama.cpp. False at the first refused; the grammar is then spent."""
+        for token in tokens:
+            if not self._allows(token):
+                return False
+            llama_cpp.llama_sampler_accept(self.grammar, token)
+        return True
+
+    def sample(self, chain: llama_cpp.llama_sampler_p, ctx: llama_cpp.llama_context_p, row: int,
+               constrained: bool = True) -> int | None:
+        """The next token under the grammar, accepted by grammar and chain; None when the grammar allows none.
+
+        `constrained` False: the grammar neither restricts nor sees this token (a thinking model's reasoning)."""
+        if not constrained:
+            return llama_cpp.llama_sampler_sample(chain, ctx, row)
         self._fill(ctx, row)
         llama_cpp.llama_sampler_apply(chain, ctypes.byref(self._all))
         token = self._data[self._all.selected].id

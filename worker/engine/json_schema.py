@@ -7,22 +7,28 @@ same order first and lists every validation keyword the chosen branch would drop
 honored in full or refused; annotations (`title`, `description`, `default`, ...) and unknown keywords
 are ignored, as JSON Schema validators ignore them. Two slips of this converter version are fixed here
 as upstream llama.cpp fixed them: strings may not hold raw control characters, and literals escape
-backslashes.
+backslashes. Integer bounds, which this version drops, are written out exactly (see integer_rule).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from llama_cpp.llama_grammar import BuiltinRule, SchemaConverter
+from llama_cpp.llama_grammar import RESERVED_NAMES, BuiltinRule, SchemaConverter
 
 TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 FORMATS = ("date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5")
 # The converter writes bounds out as nested optional rules, so the grammar grows with them.
 MAX_REPEAT = 1000
 MAX_DEPTH = 64
+# Bounded integers have at most this many digits: an open side stops there (int64 and uint64 fit), and so
+# must the bounds, which keeps their grammar small.
+MAX_INT_DIGITS = 20
+INTEGER_BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
 
 # Keywords that constrain instances (JSON Schema 2020-12 and the drafts before it); the others annotate.
 VALIDATION = frozenset({
@@ -47,6 +53,13 @@ class _Converter(SchemaConverter):
 
     def _add_primitive(self, name: str, rule: BuiltinRule) -> str:
         return super()._add_primitive(name, _CHAR if name == "char" else rule)
+
+    def visit(self, schema: dict[str, Any], name: str) -> str:
+        # This converter version drops an integer's bounds; the walk keeps them on type integer alone.
+        if schema.get("type") != "integer" or not set(INTEGER_BOUNDS) & set(schema):
+            return super().visit(schema, name)
+        rule_name = name + "-" if name in RESERVED_NAMES else name or "root"  # named as the converter names it
+        return self._add_rule(rule_name, f"({integer_rule(*integer_range(schema))}) space")
 
 
 @dataclass
@@ -83,6 +96,75 @@ def _dotted(where: Where) -> str:
 
 def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_REPEAT
+
+
+def _bound(value: Any) -> bool:
+    # abs() keeps huge ints exact, and NaN and infinities fail the comparison.
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and abs(value) < 10 ** MAX_INT_DIGITS
+
+
+def integer_range(schema: dict[str, Any]) -> tuple[int, int]:
+    """The least and greatest integer that a schema's (valid) bounds allow; an open side ends at MAX_INT_DIGITS
+    digits. Fractional bounds round inwards, and with both an inclusive and an exclusive bound the tighter wins."""
+    edge = 10 ** MAX_INT_DIGITS - 1
+    lows, highs = [-edge], [edge]
+    if "minimum" in schema:
+        lows.append(math.ceil(schema["minimum"]))
+    if "exclusiveMinimum" in schema:
+        lows.append(math.floor(schema["exclusiveMinimum"]) + 1)
+    if "maximum" in schema:
+        highs.append(math.floor(schema["maximum"]))
+    if "exclusiveMaximum" in schema:
+        highs.append(math.ceil(schema["exclusiveMaximum"]) - 1)
+    return max(lows), min(highs)
+
+
+# Integer ranges as grammar, ported from llama.cpp's build_min_max_int (common/json-schema-to-grammar.cpp;
+# _generate_min_max_int in its examples/json_schema_to_grammar.py; ggml-org/llama.cpp#7797): split at the
+# sign, then by digit count, so that within one count string order is number order, then by leading
+# digit. Only its closed-range path is ported: its open-ended branches lose a bound's inner zeros (minimum
+# 105 there admits 15 and 100..104 as well), so here an open side is closed at MAX_INT_DIGITS digits.
+
+def integer_rule(low: int, high: int) -> str:
+    """GBNF for exactly the JSON integers from low to high (low <= high): no leading zeros, no "-0"."""
+    if high < 0:
+        return f'"-" ({_naturals(-high, -low)})'
+    if low < 0:
+        return f'"-" ({_naturals(1, -low)}) | {_naturals(0, high)}'
+    return _naturals(low, high)
+
+
+def _naturals(low: int, high: int) -> str:
+    """0 <= low <= high, one alternative per digit count, and one for all the counts the range covers whole
+    from 2 digits up (an open side's 18 or so alternatives nearly doubled the cost of masking the vocabulary)."""
+    counts = range(len(str(low)), len(str(high)) + 1)
+    whole = [n for n in counts if n > 1 and low <= 10 ** (n - 1) and 10 ** n - 1 <= high]
+    bands = [_same_length(str(max(low, 10 ** (n - 1) if n > 1 else 0)), str(min(high, 10 ** n - 1)))
+             for n in counts if n not in whole]
+    if whole:  # consecutive: the counts between low's and high's
+        fewest, most = whole[0] - 1, whole[-1] - 1
+        bands.append(f"[1-9] [0-9]{{{fewest}{'' if fewest == most else f',{most}'}}}")
+    return " | ".join(bands)
+
+
+def _same_length(low: str, high: str) -> str:
+    """The digit strings from low to high, both of one length (leading zeros allowed: this may be a tail)."""
+    shared = len(os.path.commonprefix([low, high]))
+    if shared == len(low):
+        return f'"{low}"'
+    if shared:
+        return f'"{low[:shared]}" ({_same_length(low[shared:], high[shared:])})'
+    rest = len(low) - 1
+    first, last = int(low[0]), int(high[0])
+    head = tail = ""
+    if low[1:] != "0" * rest:  # low's leading digit takes only the tails from low's up
+        head = f"[{first}] ({_same_length(low[1:], '9' * rest)})"
+        first += 1
+    if high[1:] != "9" * rest:  # high's leading digit takes only the tails up to high's
+        tail = f"[{last}] ({_same_length('0' * rest, high[1:])})"
+        last -= 1
+    middle = (f"[{first}-{last}]" + (f" [0-9]{{{rest}}}" if rest else "")) if first <= last else ""
+    return " | ".join(part for part in (head, middle, tail) if part)
 
 
 @dataclass
@@ -162,6 +244,8 @@ class _Walk:
                 self.problem(here, "enum must be a non-empty list")
             elif keyword in ("minItems", "maxItems", "minLength", "maxLength") and not _count(value):
                 self.problem(here, f"{keyword} must be an integer from 0 to {MAX_REPEAT}")
+            elif keyword in INTEGER_BOUNDS and not _bound(value):
+                self.problem(here, f"{keyword} must be a number less than 10^{MAX_INT_DIGITS} in magnitude")
             elif keyword == "pattern":
                 why = pattern_problem(value) if isinstance(value, str) else "pattern must be a string"
                 if why:
@@ -169,6 +253,11 @@ class _Walk:
         for low, high in (("minItems", "maxItems"), ("minLength", "maxLength")):
             if _count(schema.get(low)) and _count(schema.get(high)) and schema[low] > schema[high]:
                 self.problem((*where, low), f"{low} is above {high}")
+        bounds = [k for k in INTEGER_BOUNDS if k in schema]
+        if bounds and all(_bound(schema[k]) for k in bounds):
+            least, most = integer_range(schema)
+            if least > most:
+                self.problem((*where, bounds[0]), f"no integer lies within the bounds ({', '.join(bounds)})")
         tuple_items = schema.get("prefixItems", schema.get("items"))
         if isinstance(tuple_items, list):
             low, high = schema.get("minItems", 0), schema.get("maxItems", len(tuple_items))
@@ -209,6 +298,8 @@ def _branch(schema: dict[str, Any]) -> set[str]:
         return {"type", "format"}
     if kind == "string":
         return {"type", "minLength", "maxLength"}
+    if kind == "integer":
+        return {"type", *INTEGER_BOUNDS}
     return {"type"}
 
 
@@ -218,8 +309,10 @@ def _why_not(keyword: str, schema: dict[str, Any]) -> str:
         return f"{keyword} is not supported beside {lead}"
     if isinstance(schema.get("type"), list):
         return f"{keyword} is not supported beside a list of types (write anyOf with one schema per type)"
-    if keyword in ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf"):
-        return f"{keyword} is not supported: the grammar converter cannot bound numbers (use enum)"
+    if keyword in INTEGER_BOUNDS:
+        return f"{keyword} is supported only on type integer (a number's bounds are not enforced: use enum)"
+    if keyword == "multipleOf":
+        return "multipleOf is not supported: the grammar converter cannot express it (use enum)"
     if keyword == "format":
         return f"format {schema['format']!r} is not supported (supported: {', '.join(FORMATS)})"
     if keyword in ("minLength", "maxLength"):

@@ -7,6 +7,14 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class GrammarTrigger:
+    """Where a lazy grammar wakes: once the answer writes `text` (anywhere, or only opening it when `first`)."""
+
+    text: str
+    first: bool = False
+
+
+@dataclass(frozen=True)
 class SamplingParams:
     """One request's sampler chain, in llama.cpp's terms.
 
@@ -25,6 +33,9 @@ class SamplingParams:
     seed: int | None = None  # None: a fresh random seed per request
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None  # GBNF (root rule "root") the output must match; checked by Engine.grammar_problem
+    # Set: `grammar` is lazy. The answer is free until it writes the trigger, and the grammar's root starts there
+    # (lazy_grammar.py): tool_choice auto's calls.
+    grammar_trigger: GrammarTrigger | None = None
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 The stage order is llama.cpp's own default (common/sampling.cpp): logit bias,
 penalties, top-k, top-p, min-p, temperature, then the random draw (draw.py:
 seeded with all 64 bits). Neutral settings leave their stage out, so greedy
-stays exactly greedy. A grammar is not a stage of the chain: see grammar.py.
+stays exactly greedy. A grammar is not a stage of the chain: see grammar.py, and lazy_grammar.py for one
+that waits for its trigger.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import llama_cpp
 
 from worker.engine.draw import SeededDraw, random_seed
 from worker.engine.grammar import GrammarSampler
+from worker.engine.lazy_grammar import LazyGrammar
 from worker.engine.requests import SamplingParams
 
 
@@ -62,18 +64,27 @@ class Sampler:
         if penalized:  # penalties look back over the prompt too, as llama-server's do
             for token in prompt[-params.repeat_last_n:]:
                 llama_cpp.llama_sampler_accept(self.chain, token)
-        self.grammar = GrammarSampler(vocab, params.grammar, n_vocab) if params.grammar else None
+        self.grammar = _grammar(params, vocab, n_vocab)
 
     def sample(self, ctx: llama_cpp.llama_context_p, row: int, constrained: bool = True) -> int | None:
         """The next token from logits row `row`; None when the grammar allows no token at all.
 
         `constrained` False: the grammar neither restricts nor sees this token (a thinking model's reasoning:
         the grammar is for the answer)."""
-        if self.grammar is None or not constrained:
+        if self.grammar is None:
             return llama_cpp.llama_sampler_sample(self.chain, ctx, row)
-        return self.grammar.sample(self.chain, ctx, row)
+        return self.grammar.sample(self.chain, ctx, row, constrained)
 
     def free(self) -> None:
         llama_cpp.llama_sampler_free(self.chain)
         if self.grammar is not None:
             self.grammar.free()
+
+
+def _grammar(params: SamplingParams, vocab: llama_cpp.llama_vocab_p,
+             n_vocab: int) -> GrammarSampler | LazyGrammar | None:
+    if not params.grammar:
+        return None
+    if params.grammar_trigger is None:
+        return GrammarSampler(vocab, params.grammar, n_vocab)
+    return LazyGrammar(vocab, params.grammar, n_vocab, params.grammar_trigger)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Callable, Union
 
 from worker.errors import WorkerError
+from worker.fields import MODEL_DEFAULTS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -96,13 +97,6 @@ class ModelDefaults:
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
-# The sampling fields a model may default: the OpenAI request's, less per-request ones (seed, logit_bias).
-SAMPLING_FIELDS = (
-    "temperature", "top_k", "top_p", "min_p", "repeat_penalty", "repeat_last_n",
-    "presence_penalty", "frequency_penalty",
-)
-
-
 @dataclass(frozen=True)
 class ModelEntry:
     name: str
@@ -148,8 +142,8 @@ def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefa
     if template is not None and not (isinstance(template, str) and template.strip()):
         raise WorkerError(f"{where}: chat_template must be a non-empty Jinja template string")
     sampling = table.get("sampling", {})
-    if not isinstance(sampling, dict) or set(sampling) - set(SAMPLING_FIELDS):
-        raise WorkerError(f"{where}: sampling must be a table of {', '.join(SAMPLING_FIELDS)}")
+    if not isinstance(sampling, dict) or set(sampling) - set(MODEL_DEFAULTS):
+        raise WorkerError(f"{where}: sampling must be a table of {', '.join(MODEL_DEFAULTS)}")
     template_kwargs = table.get("chat_template_kwargs", {})
     if not isinstance(template_kwargs, dict):
         raise WorkerError(f"{where}: chat_template_kwargs must be a table of template variables")

@@ -3,7 +3,12 @@
 llama.cpp looks for marker text in the template source, in this order: `<tool_call>` (Hermes 2 Pro,
 Qwen 2.5/3), `<|start_header_id|>ipython<|end_header_id|>` (Llama 3.1-3.3), `[TOOL_CALLS]`
 (Mistral Nemo); any other template gets the generic JSON form. Each format says how its calls are
-written (parse.py reads them) and how a forced call is laid out (grammar.py writes its grammar).
+written (parse.py reads them), how a forced call is laid out (grammar.py writes its grammar), and, for
+tool_choice auto, the text that opens a call in a free answer: it wakes the same grammar, lazily.
+
+Control tokens are not written into the answer (the engine's text has none), so a call can only be seen
+opening by its text: Llama 3's `<|python_tag|>` and Mistral's `[TOOL_CALLS]` never show, and those formats
+wake on the JSON that opens the answer, which is where parse.py reads their bare calls.
 """
 
 from __future__ import annotations
@@ -35,16 +40,24 @@ class ToolFormat:
     prefix: str = ""
     suffix: str = ""
     repeats: str | None = None  # calls are written one body each, this apart (None: one body holds them)
+    # tool_choice auto: the text that opens a call, where the lazy grammar wakes and its root starts.
+    trigger: str = ""
+    trigger_first: bool = False  # only opening the answer: further on, that text is an answer's, not a call
+    token_prefix: bool = False  # the prefix is a control token, never in the text: a lazy grammar goes without
 
 
 HERMES_FORMAT = ToolFormat("hermes", HERMES_OPEN, HERMES, "arguments", lambda calls, _: _either(calls),
-                           prefix=HERMES_OPEN + "\n", suffix="\n" + HERMES_CLOSE, repeats="\n")
+                           prefix=HERMES_OPEN + "\n", suffix="\n" + HERMES_CLOSE, repeats="\n", trigger=HERMES_OPEN)
 # Llama 3.x writes one call per answer: its JSON form has no list.
 LLAMA_3_FORMAT = ToolFormat("llama3", "<|start_header_id|>ipython<|end_header_id|>", LLAMA_3, "parameters",
-                            lambda calls, _: _either(calls))
-MISTRAL_FORMAT = ToolFormat("mistral", "[TOOL_CALLS]", MISTRAL, "arguments", _listed, prefix="[TOOL_CALLS]")
+                            lambda calls, _: _either(calls), trigger='{"name"', trigger_first=True)
+MISTRAL_FORMAT = ToolFormat("mistral", "[TOOL_CALLS]", MISTRAL, "arguments", _listed, prefix="[TOOL_CALLS]",
+                            trigger='[{"name"', trigger_first=True, token_prefix=True)
+# Anywhere, as parse.py reads it; `{"tool_call` also wakes on the singular form, which the grammar then writes
+# as the list.
 GENERIC_FORMAT = ToolFormat("generic", None, GENERIC, "arguments", lambda calls, parallel: {
-    "type": "object", "properties": {"tool_calls": _listed(calls, parallel)}, "required": ["tool_calls"]})
+    "type": "object", "properties": {"tool_calls": _listed(calls, parallel)}, "required": ["tool_calls"]},
+    trigger='{"tool_call')
 FORMATS = (HERMES_FORMAT, LLAMA_3_FORMAT, MISTRAL_FORMAT)
 
 

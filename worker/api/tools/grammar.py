@@ -1,4 +1,5 @@
-"""The GBNF grammar of a forced tool call (tool_choice required, or a named function), per format.
+"""The GBNF grammar of a tool call, per format: of a forced one (tool_choice required, or a named function), and
+the lazy one of tool_choice auto, which constrains a call once the answer opens one.
 
 Each callable function's call is a JSON schema, {"name": <its name>, <arguments key>: <its parameters>},
 the format's body holds them (an alternation, a list, {"tool_calls": [...]}), and the engine's converter
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 from typing import Any
 
 from worker.api.tools.formats import ToolFormat
@@ -21,12 +23,18 @@ from worker.engine.json_schema import schema_grammar
 
 _ROOT = re.compile(r"^root ::= (.*)$", re.MULTILINE)
 _ENVELOPE = "tool-call"
+_SPACE = "layout-space"
+# llama.cpp's JSON `space`, which its lazy grammars put around a call's tags: a model's own layout, bounded.
+_SPACE_RULE = '( " " | "\\n"{1,2} [ \\t]{0,20} )?'
 
 
-def call_grammar(fmt: ToolFormat, tools: Tools) -> str:
+def call_grammar(fmt: ToolFormat, tools: Tools, lazy: bool = False) -> str:
     """The answer: one call (or several, when parallel) of the offered functions, in the format's syntax.
 
-    A thinking model's reasoning comes first, free: the engine holds the grammar back until </think>."""
+    `lazy` (tool_choice auto): the answer from the call's opening on, which the root starts with `fmt.trigger`:
+    a prefix that is a control token is left out (no text shows it, so the grammar wakes after it), and the
+    whitespace of the layout is the model's own. A thinking model's reasoning comes first, free: the engine
+    holds the grammar back until </think>."""
     functions = tools.callable
     defs = {f"arguments-{i}": _rebased(f.parameters, f"#/$defs/arguments-{i}") for i, f in enumerate(functions)}
     calls = [{"type": "object", "properties": {"name": {"const": f.name},
@@ -35,17 +43,31 @@ def call_grammar(fmt: ToolFormat, tools: Tools) -> str:
              for i, f in enumerate(functions)]
     grammar = schema_grammar({**fmt.body(calls, tools.parallel), "$defs": defs})
     body = _ROOT.search(grammar)[1]
-    if fmt.prefix or fmt.suffix:
+    prefix = "" if lazy and fmt.token_prefix else fmt.prefix
+    if prefix or fmt.suffix:
         envelope = _fresh_name(grammar, _ENVELOPE)
-        separated = f" ( {_literal(fmt.repeats)} {envelope} )*" if fmt.repeats and tools.parallel else ""
+        space = _fresh_name(grammar, _SPACE)
+        layout = partial(_loose, space=space) if lazy else _literal
+        separated = f" ( {layout(fmt.repeats)} {envelope} )*" if fmt.repeats and tools.parallel else ""
         grammar = _ROOT.sub(lambda _: f"root ::= {envelope}{separated}", grammar) + (
-            f"\n{envelope} ::= {_literal(fmt.prefix)} ( {body} ) {_literal(fmt.suffix)}")
+            f"\n{envelope} ::= {layout(prefix)} ( {body} ) {layout(fmt.suffix)}")
+        if lazy:
+            grammar += f"\n{space} ::= {_SPACE_RULE}"
     return grammar
 
 
 def _literal(text: str) -> str:
     """A GBNF string literal (its escapes are JSON's, and it is given ASCII)."""
     return json.dumps(text) if text else '""'
+
+
+def _loose(text: str, space: str) -> str:
+    """`text` in GBNF with the whitespace at its edges as the rule `space`: "<tool_call>\\n" -> "<tool_call>" space."""
+    core = text.strip()
+    if not core:
+        return space if text else '""'
+    return " ".join([*([space] if text[0].isspace() else []), _literal(core),
+                     *([space] if text[-1].isspace() else [])])
 
 
 def _fresh_name(grammar: str, name: str) -> str:

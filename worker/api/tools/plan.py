@@ -1,7 +1,7 @@
-"""A generation as the routes run it: the prompt, the sampling (a forced tool call's grammar set), the answer reader.
+"""A generation as the routes run it: the prompt, the sampling (a tool call's grammar set), the answer reader.
 
 For chat, the template's tool-call format decides the rest: how the tools and the history render
-(prompt.py), the grammar of a forced call (grammar.py), and how calls are read from the answer (parse.py).
+(prompt.py), the grammar of a call (grammar.py), and how calls are read from the answer (parse.py).
 """
 
 from __future__ import annotations
@@ -14,10 +14,13 @@ import structlog
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.schemas import ChatRequest, Generation
 from worker.api.tools.answer import Answers, CallStream, PlainText
-from worker.api.tools.formats import detect
+from worker.api.tools.formats import ToolFormat, detect
 from worker.api.tools.grammar import call_grammar
 from worker.api.tools.prompt import template_messages
-from worker.engine import ChatPrompt, Engine
+from worker.api.tools.request import Tools
+from worker.engine import ChatPrompt, Engine, SamplingParams
+from worker.engine.json_schema import SchemaProblem
+from worker.engine.requests import GrammarTrigger
 
 log = structlog.get_logger(__name__)
 
@@ -29,20 +32,47 @@ class Turn:
     answers: Answers = PlainText
 
 
-def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
+def chat_text(engine: Engine, chat: ChatRequest) -> str:
+    """The prompt's text: the history and the tools on offer as the template's tool-call format shows them."""
     template, tools = engine.chat.source, chat.tools
-    fmt = detect(template)
-    messages = template_messages(chat.messages, fmt, template, tools)
+    messages = template_messages(chat.messages, detect(template), template, tools)
     offered = [f.as_tool() for f in tools.functions] if tools is not None else None
-    prompt = engine.chat_prompt(messages, chat.template_kwargs, tools=offered)
+    return engine.chat_text(messages, chat.template_kwargs, chat.prefill, offered)
+
+
+def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
+    tools, fmt = chat.tools, detect(engine.chat.source)
+    prompt = engine.chat_prompt(chat_text(engine, chat))
     if tools is None:
         return Turn(prompt, chat.generation)
     log.debug("tools", format=fmt.name, functions=len(tools.functions), forced=tools.forced, only=tools.only)
-    generation = chat.generation
+    sampling = chat.generation.sampling
     if tools.forced:
         grammar = call_grammar(fmt, tools)
         if (why := engine.grammar_problem(grammar)) is not None:  # the converter wrote GBNF llama.cpp refuses
             raise InvalidRequest([Problem("tools", "functions whose call grammar llama.cpp parses",
                                           f"tools: llama.cpp cannot use the grammar of a call: {why[:300]}")])
-        generation = replace(generation, sampling=replace(generation.sampling, grammar=grammar))
-    return Turn(prompt, generation, partial(CallStream, fmt.syntax))
+        sampling = replace(sampling, grammar=grammar)
+    elif sampling.grammar is None:  # beside a request's own grammar, a call happens only where that allows one
+        sampling = _lazy_calls(engine, fmt, tools, sampling, chat.prefill)
+    return Turn(prompt, replace(chat.generation, sampling=sampling), partial(CallStream, fmt.syntax))
+
+
+def _lazy_calls(engine: Engine, fmt: ToolFormat, tools: Tools, sampling: SamplingParams,
+                prefill: str) -> SamplingParams:
+    """tool_choice auto: the answer is free, and a call it opens is constrained from its opening on.
+
+    Where the calls' grammar cannot be had, calls are read as the model writes them, as before: auto never
+    refuses a request for its schemas (forced calls do)."""
+    if fmt.trigger_first and prefill.strip():  # the prefill opened the answer: no call can open it any more
+        return sampling
+    try:
+        grammar = call_grammar(fmt, tools, lazy=True)
+    except SchemaProblem as refused:  # a schema the converter cannot honor in full
+        log.info("tool_call_grammar_skipped", why="; ".join(f"{where or 'parameters'}: {message}"
+                                                             for where, message in refused.problems)[:300])
+        return sampling
+    if (why := engine.grammar_problem(grammar)) is not None:
+        log.warning("tool_call_grammar_skipped", why=why[:300])
+        return sampling
+    return replace(sampling, grammar=grammar, grammar_trigger=GrammarTrigger(fmt.trigger, fmt.trigger_first))

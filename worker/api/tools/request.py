@@ -49,12 +49,14 @@ def read_tools(r: Reader) -> Tools | None:
     """The request's tools; None when there are none to offer (no tools, or tool_choice none)."""
     raw = r.body.get("tools")
     functions: list[Function] = []
+    schema_fields: dict[str, str] = {}
     if raw is not None and not isinstance(raw, list):
         r.problem("tools", "a list of tools", "tools must be a list of {\"type\": \"function\", \"function\"}", raw)
     for i, tool in enumerate(raw if isinstance(raw, list) else []):
         function = _function(r, f"tools[{i}]", tool)
         if function is not None:
             functions.append(function)
+            schema_fields[function.name] = f"tools[{i}].function.parameters"
     choice, only = _choice(r, {f.name for f in functions})
     parallel = r.boolean("parallel_tool_calls", True)
     offered = isinstance(raw, list) and bool(raw)
@@ -63,9 +65,18 @@ def read_tools(r: Reader) -> Tools | None:
     if choice == "none" or not offered:
         return None
     tools = Tools(tuple(functions), forced=choice == "required", only=only, parallel=parallel)
-    if tools.forced:
-        _check_schemas(r, raw, tools)
+    check_forced(r, tools, schema_fields)
     return tools
+
+
+def check_forced(r: Reader, tools: Tools, schema_fields: dict[str, str]) -> None:
+    """A forced call's arguments are generated under the grammar of their schema: it must convert in full.
+
+    `schema_fields`: where each function's schema sits in the request, to name it in a problem."""
+    if not tools.forced:
+        return
+    for function in tools.callable:
+        schema_problems(r, schema_fields[function.name], function.parameters, None)
 
 
 def _function(r: Reader, field: str, tool: Any) -> Function | None:
@@ -117,16 +128,6 @@ def _choice(r: Reader, names: set[str]) -> tuple[str, str | None]:
                   f"tool_choice names {name!r}, which is not a function in tools", name)
         return "auto", None
     return "required", name
-
-
-def _check_schemas(r: Reader, raw: list[Any], tools: Tools) -> None:
-    """A forced call's arguments are generated under the grammar of their schema: it must convert in full."""
-    forced = {f.name for f in tools.callable}
-    for i, tool in enumerate(raw):
-        spec = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(spec, dict) or spec.get("name") not in forced or not isinstance(spec.get("parameters"), dict):
-            continue
-        schema_problems(r, f"tools[{i}].function.parameters", spec["parameters"], None)
 
 
 def history_fields(r: Reader, index: int, message: dict[str, Any]) -> dict[str, Any]:

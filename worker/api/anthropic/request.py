@@ -1,0 +1,172 @@
+"""A Messages request read into the chat route's terms (a ChatRequest), with every problem listed.
+
+The conversation becomes OpenAI's message form, which the chat template and the tool-calling engine
+read: an assistant's tool_use blocks are its tool_calls (input as a JSON string), each tool_result block
+is a tool message, in the order the blocks came. Thinking blocks from earlier turns are left out, as
+Anthropic leaves them out of the context. A final assistant message is a prefill: the answer continues it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from worker.api.anthropic.tools import read_tools
+from worker.api.problems import Reader
+from worker.api.schemas import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.engine import SamplingParams
+from worker.fields import ANTHROPIC_SAMPLING
+
+Message = dict[str, Any]
+Block = dict[str, Any]
+
+# Request fields that would change the answer and are not implemented: refused, never ignored.
+_UNSUPPORTED = {"mcp_servers": "MCP servers are not supported"}
+_REFUSED_BLOCKS = {
+    "image": "images are not supported yet",
+    "document": "documents are not supported yet",
+    "search_result": "search results are not supported",
+}
+ANSWERED_CALLS = "a user message with the results of the tool_use blocks before it"
+_DROPPED = ("thinking", "redacted_thinking")  # earlier turns' thinking: not part of the context
+# The blocks each place takes.
+_SYSTEM, _USER, _ASSISTANT, _RESULT = ("text",), ("text", "tool_result"), ("text", "tool_use", *_DROPPED), ("text",)
+
+
+def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams()) -> ChatRequest:
+    """A Messages request over the model's sampling defaults."""
+    r = Reader(body)
+    model = r.string("model")
+    for name, why in _UNSUPPORTED.items():
+        if r.body.get(name) not in (None, [], {}):
+            r.problem(name, "not supported", why, r.body[name])
+    thinking = r.body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
+        # "adaptive" leaves thinking to the model, and not thinking is its answer.
+        r.problem("thinking", "not supported", "extended thinking with a budget is not supported", thinking)
+    output = r.body.get("output_config")
+    if isinstance(output, dict) and output.get("format") is not None:
+        r.problem("output_config.format", "not supported", "structured output is not supported", output["format"])
+    metadata = r.body.get("metadata")
+    if metadata is not None and not isinstance(metadata, dict):
+        r.problem("metadata", "an object", "metadata must be an object", metadata)
+    messages, prefill = _conversation(r)
+    max_tokens = r.number("max_tokens", required=True, low=1, high=2**31 - 1, integer=True)
+    sampling = read_sampling(r, ANTHROPIC_SAMPLING, defaults)
+    stop = r.stop_strings("stop_sequences", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=False)
+    stream = r.boolean("stream")
+    tools = read_tools(r)
+    r.done()
+    return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream), tools=tools, prefill=prefill)
+
+
+def _conversation(r: Reader) -> tuple[list[Message], str]:
+    """The chat template's messages (the system prompt first) and the prefill, if the last message is the assistant's."""
+    messages: list[Message] = []
+    system = r.body.get("system")
+    if system is not None and (blocks := _blocks(r, "system", system, _SYSTEM)) is not None:
+        messages.append({"role": "system", "content": _joined(blocks)})
+    raw = r.body.get("messages")
+    if not isinstance(raw, list) or not raw:
+        r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
+        return messages, ""
+    for i, message in enumerate(raw):
+        if not isinstance(message, dict):
+            r.problem(f"messages[{i}]", "{role, content}", "each message must be an object {role, content}", message)
+            continue
+        role, field = message.get("role"), f"messages[{i}].content"
+        if role == "user":
+            if (blocks := _blocks(r, field, message.get("content"), _USER)) is not None:
+                messages += _user_turn(blocks)
+        elif role == "assistant":
+            if (blocks := _blocks(r, field, message.get("content"), _ASSISTANT)) is not None:
+                messages.append(_assistant_turn(blocks))
+        else:
+            r.problem(f"messages[{i}].role", "user or assistant",
+                      "role must be user or assistant (a system prompt goes in the top-level system field)", role)
+    last = messages[-1] if messages else {}
+    if last.get("role") != "assistant":
+        return messages, ""
+    if "tool_calls" in last:
+        r.problem(f"messages[{len(raw) - 1}]", ANSWERED_CALLS,
+                  "the last message calls tools: send their tool_result blocks in a user message after it", None)
+    # Rendered as a turn, the template would close it; the answer must continue it instead.
+    return messages[:-1], last["content"]
+
+
+def _blocks(r: Reader, field: str, content: Any, allowed: tuple[str, ...]) -> list[Block] | None:
+    """Content as a list of checked blocks (a string is one text block); None when any block is refused."""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        r.problem(field, "a string or a list of content blocks",
+                  f"{field} must be a string or a list of content blocks", content)
+        return None
+    problems = len(r.problems)
+    for i, block in enumerate(content):
+        _check_block(r, f"{field}[{i}]", block, allowed)
+    return content if len(r.problems) == problems else None
+
+
+def _check_block(r: Reader, field: str, block: Any, allowed: tuple[str, ...]) -> None:
+    kind = block.get("type") if isinstance(block, dict) else None
+    if not isinstance(kind, str) or kind not in (*allowed, *_REFUSED_BLOCKS, "tool_use", "tool_result"):
+        r.problem(field, f"a block of type {' or '.join(allowed)}",
+                  'a content block must be {"type": "text", "text": a string}' if allowed == ("text",)
+                  else f"a content block's type must be one of {', '.join(allowed)}", block)
+    elif kind in _REFUSED_BLOCKS:
+        r.problem(field, f"a block of type {' or '.join(allowed)}", f"{kind} blocks: {_REFUSED_BLOCKS[kind]}", kind)
+    elif kind not in allowed:
+        belongs = "assistant" if kind == "tool_use" else "user"
+        r.problem(field, f"a block of type {' or '.join(allowed)}", f"{kind} blocks belong in {belongs} messages",
+                  kind)
+    elif kind == "text" and not isinstance(block.get("text"), str):
+        r.problem(f"{field}.text", "a string", "a text block's text must be a string", block.get("text"))
+    elif kind == "tool_use":
+        _check_fields(r, field, block, {"id": str, "name": str, "input": dict})
+    elif kind == "tool_result":
+        _check_fields(r, field, block, {"tool_use_id": str})
+        if not isinstance(block.get("is_error", False), bool):
+            r.problem(f"{field}.is_error", "a boolean", "is_error must be true or false", block["is_error"])
+        if block.get("content") is not None:
+            _blocks(r, f"{field}.content", block["content"], _RESULT)
+
+
+def _check_fields(r: Reader, field: str, block: Block, types: dict[str, type]) -> None:
+    for name, kind in types.items():
+        value = block.get(name)
+        if not isinstance(value, kind) or value == "":
+            what = "an object" if kind is dict else "a non-empty string"
+            r.problem(f"{field}.{name}", what, f"a {block['type']} block's {name} must be {what}", value)
+
+
+def _joined(blocks: list[Block]) -> str:
+    """Text blocks joined as chat joins text parts."""
+    return "".join(block["text"] for block in blocks if block["type"] == "text")
+
+
+def _user_turn(blocks: list[Block]) -> list[Message]:
+    """A user message: its tool results as tool messages and its text as user messages, in their order."""
+    turn: list[Message] = []
+    for block in blocks:
+        if block["type"] == "tool_result":
+            turn.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result(block)})
+        elif turn and turn[-1]["role"] == "user":
+            turn[-1]["content"] += block["text"]
+        else:
+            turn.append({"role": "user", "content": block["text"]})
+    return turn
+
+
+def _result(block: Block) -> str:
+    """A tool result's text; a failed tool's says so, as the model has no other way to know."""
+    content = block.get("content")
+    text = content if isinstance(content, str) else _joined(content or [])
+    return f"Error: {text}" if block.get("is_error") else text
+
+
+def _assistant_turn(blocks: list[Block]) -> Message:
+    calls = [{"id": b["id"], "type": "function",
+              "function": {"name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)}}
+             for b in blocks if b["type"] == "tool_use"]
+    return {"role": "assistant", "content": _joined(blocks), **({"tool_calls": calls} if calls else {})}

@@ -1,0 +1,119 @@
+"""POST /v1/messages: a Messages request runs as a chat turn (worker/api/tools/plan.py), so greedy text,
+tool calls and reasoning are the chat route's; only the shapes are Anthropic's (blocks.py)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Awaitable, Callable
+
+from aiohttp import web
+
+from worker.api import sse
+from worker.api.anthropic.blocks import Blocks, Event
+from worker.api.anthropic.request import parse_messages
+from worker.api.errors import UnknownModel, anthropic_error
+from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.problems import parse_json_object
+from worker.api.schemas import check_prompt_size, prompt_chars
+from worker.api.state import WORKER
+from worker.api.tools.answer import Answer
+from worker.api.tools.plan import chat_turn
+from worker.engine import Finished, FinishReason, TokenEvent
+
+routes = web.RouteTableDef()
+
+STOP_REASONS = {FinishReason.EOS: "end_turn", FinishReason.LENGTH: "max_tokens", FinishReason.STOP: "stop_sequence"}
+# The other endings are failures: (HTTP status when nothing was sent yet, Anthropic's error type).
+_FAILURES = {
+    FinishReason.CANCELLED: (503, "overloaded_error"),
+    FinishReason.TIMEOUT: (504, "api_error"),
+    FinishReason.ERROR: (500, "api_error"),
+}
+
+Send = Callable[[list[Event]], Awaitable[None]]
+
+
+def _ending(finished: Finished, answer: Answer) -> dict[str, Any]:
+    """stop_reason "tool_use" when the model ended its turn after calling tools."""
+    called = answer.called and finished.reason in (FinishReason.EOS, FinishReason.STOP)
+    return {"stop_reason": "tool_use" if called else STOP_REASONS[finished.reason],
+            "stop_sequence": finished.stop_sequence}
+
+
+def _usage(finished: Finished) -> dict[str, int]:
+    """As Anthropic counts: input_tokens are the prompt tokens not read from the cache."""
+    return {"input_tokens": finished.prompt_tokens - finished.cached_tokens,
+            "cache_read_input_tokens": finished.cached_tokens, "output_tokens": finished.completion_tokens}
+
+
+def _failure(finished: Finished) -> tuple[int, dict[str, Any]]:
+    status, kind = _FAILURES[finished.reason]
+    return status, anthropic_error(kind, finished.reason.value, finished.message or finished.reason.value)
+
+
+async def _answer(handle: TrackedHandle, answer: Answer, blocks: Blocks, send: Send) -> None:
+    """The answer into blocks as it comes, each addition's events to `send`."""
+    async for event in handle:
+        if isinstance(event, TokenEvent):
+            release = answer.feed(event.text)
+            await send(blocks.add("thinking", event.reasoning) + blocks.add("text", release.text))
+            for call in release.calls:
+                await send(blocks.call(call))
+    if handle.finished.reason in STOP_REASONS:
+        release = answer.finish()
+        await send(blocks.add("text", release.text))
+        for call in release.calls:
+            await send(blocks.call(call))
+        await send(blocks.close())
+
+
+async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, message: dict[str, Any],
+                  input_tokens: int) -> web.StreamResponse:
+    response = await sse.open_stream(request)
+
+    async def send(events: list[Event]) -> None:
+        """Each event named by its type on an `event:` line, as Anthropic's clients expect."""
+        if events:
+            await response.write(b"".join(f"event: {e['type']}\n".encode() + sse.encode(e) for e in events))
+
+    await send([{"type": "message_start", "message": {
+        **message, "content": [], "stop_reason": None, "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}, {"type": "ping"}])
+    await _answer(handle, answer, Blocks(), send)
+    finished = handle.finished
+    if finished.reason not in STOP_REASONS:
+        await send([_failure(finished)[1]])
+        return response
+    await send([{"type": "message_delta", "delta": _ending(finished, answer), "usage": _usage(finished)},
+                {"type": "message_stop"}])
+    return response
+
+
+async def _unsent(events: list[Event]) -> None:
+    """A whole answer sends nothing as it goes."""
+
+
+@routes.post("/v1/messages")
+async def messages(request: web.Request) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    engine = worker.require_engine()
+    chat = parse_messages(parse_json_object(await request.read()), worker.sampling)
+    check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
+    if not worker.accepts_model(chat.model):
+        raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
+    turn = chat_turn(engine, chat)
+    message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": worker.model_id}
+    choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
+                              turn.prompt.reasoning)
+    answer = turn.answers()
+    async with generating(worker, choices) as (handle,):
+        if chat.generation.stream:
+            return await _stream(request, handle, answer, message, len(turn.prompt.tokens))
+        blocks = Blocks()
+        await _answer(handle, answer, blocks, _unsent)
+        finished = handle.finished
+        if finished.reason not in STOP_REASONS:
+            status, body = _failure(finished)
+            return web.json_response(body, status=status)
+        return web.json_response({**message, "content": blocks.content, **_ending(finished, answer),
+                                  "usage": _usage(finished)})

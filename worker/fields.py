@@ -1,0 +1,50 @@
+"""The sampling fields requests send, in one table: each field's name, type, range and what it sets.
+
+The table drives the request readers (worker/api/schemas.py and the Anthropic route read fields by it),
+the OpenAPI document (worker/api/openapi.py writes each field's schema from it, defaults from the
+engine's SamplingParams) and models.toml (worker/source/registry.py takes the names a model may default).
+Routes with narrower rules (the pool-manager contract, Anthropic's ranges) narrow the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+
+@dataclass(frozen=True)
+class NumberField:
+    name: str  # as the request names it
+    sets: str  # the SamplingParams attribute it sets
+    low: float | None = None
+    high: float | None = None
+    integer: bool = False
+    nullable: bool = False  # null means the default, as OpenAI's SDKs send it
+    per_model: bool = True  # models.toml may default it (per-request ones like seed may not)
+
+    def narrowed(self, **changes: object) -> NumberField:
+        return replace(self, **changes)
+
+
+TEMPERATURE = NumberField("temperature", "temperature", 0, 2, nullable=True)
+TOP_K = NumberField("top_k", "top_k", 0, integer=True, nullable=True)
+TOP_P = NumberField("top_p", "top_p", 0, 1, nullable=True)
+MIN_P = NumberField("min_p", "min_p", 0, 1)
+REPEAT_PENALTY = NumberField("repeat_penalty", "repeat_penalty", 0, 2)
+# Hugging Face's name for llama.cpp's repeat_penalty; read after it, so it wins when both are sent.
+REPETITION_PENALTY = NumberField("repetition_penalty", "repeat_penalty", 0, 2, per_model=False)
+REPEAT_LAST_N = NumberField("repeat_last_n", "repeat_last_n", 0, 4096, integer=True)
+PRESENCE_PENALTY = NumberField("presence_penalty", "presence_penalty", -2, 2, nullable=True)
+FREQUENCY_PENALTY = NumberField("frequency_penalty", "frequency_penalty", -2, 2, nullable=True)
+SEED = NumberField("seed", "seed", 0, 2**64 - 1, integer=True, nullable=True, per_model=False)
+
+# The OpenAI routes' sampling fields (logit_bias, a map, is read beside them).
+OPENAI_SAMPLING = (TEMPERATURE, TOP_K, TOP_P, MIN_P, REPEAT_PENALTY, REPETITION_PENALTY, REPEAT_LAST_N,
+                   PRESENCE_PENALTY, FREQUENCY_PENALTY, SEED)
+# The pool-manager contract's: fewer fields, and null only for the seed.
+EXECUTE_SAMPLING = (TEMPERATURE.narrowed(nullable=False), TOP_P.narrowed(nullable=False),
+                    TOP_K.narrowed(nullable=False), MIN_P, REPETITION_PENALTY, SEED)
+# Anthropic's Messages API: its temperature stops at 1.
+ANTHROPIC_SAMPLING = (TEMPERATURE.narrowed(high=1, nullable=False), TOP_P.narrowed(nullable=False),
+                      TOP_K.narrowed(nullable=False))
+# What a models.toml entry's sampling table may set.
+MODEL_DEFAULTS = tuple(f.name for f in OPENAI_SAMPLING if f.per_model)
