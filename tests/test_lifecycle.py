@@ -213,6 +213,16 @@ async def test_a_4xx_callback_is_final_and_5xx_retries_stop_at_the_callback_time
             await asyncio.gather(*(stop_async(worker) for worker in workers))
 
 
+async def _until_draining(http, url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with http.get(url + "/v1/ready") as ready:
+            if (await ready.json()).get("state") == "draining":
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"not draining {timeout} s after the signal")
+
+
 async def test_sigint_drains_and_a_second_signal_exits_at_once(tmp_path, model_path, http):
     worker = await asyncio.to_thread(start_worker, tmp_path, "--model", str(model_path), "--parallel", "1",
                                      "--ctx-size", "2048", "--drain-timeout", "120")
@@ -221,7 +231,7 @@ async def test_sigint_drains_and_a_second_signal_exits_at_once(tmp_path, model_p
         stream = await http.post(worker.url + "/execute", json=job)
         await stream.content.readline()  # started
         worker.process.send_signal(signal.SIGINT)
-        await asyncio.sleep(0.3)
+        await _until_draining(http, worker.url)  # the signal is handled on the worker's loop: not at once under load
         async with http.post(worker.url + "/execute", json={**job, "job_id": "late"}) as refused:
             assert refused.status == 503 and refused.headers["Retry-After"] == "1"
             assert (await refused.json())["errors"][0]["code"] == "not_ready"
