@@ -93,10 +93,13 @@ class EngineLoop:
             self._cond.notify()
 
     def stats(self) -> SchedulerStats:
-        running = list(self._running)
+        # Under the lock: admission moves a sequence from waiting to running while holding it, and a read between
+        # the two saw neither (a drain that began then stopped at once and closed the listener on a live stream).
+        with self._cond:
+            running, waiting = list(self._running), len(self._waiting) + len(self._embeds)
         return SchedulerStats(
             running=len(running),
-            waiting=len(self._waiting) + len(self._embeds),  # unanswered embedding requests too: drain waits for them
+            waiting=waiting,  # unanswered embedding requests too: drain waits for them
             slots=self.config.parallel,
             # From positions, not native calls: running sequences hold n_past cells each.
             kv_cells_used=sum(seq.n_past for seq in running),
