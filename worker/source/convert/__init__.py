@@ -6,6 +6,6 @@ Names load on first use (worker.lazy): the CLI reads the type names in .types wi
 from worker.lazy import exports
 
 __getattr__ = exports(__name__, {
-    "ARCHITECTURES": "architectures", "Conversion": "cached", "converted_model": "cached",
+    "ARCHITECTURES": "architectures", "Conversion": "types", "converted_model": "cached",
     "is_hf_folder": "folder", "ProgressReport": "progress", "OUTPUT_TYPES": "types", "QUANT_TYPES": "types",
 })

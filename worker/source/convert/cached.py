@@ -12,7 +12,6 @@ from __future__ import annotations
 import fcntl
 import hashlib
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -21,18 +20,12 @@ import structlog
 from worker.progress import ProgressFn
 from worker.source.cache import atomic_path, cache_dir
 from worker.source.convert.folder import input_signature
-from worker.source.convert.write import convert_folder
+from worker.source.convert.types import Conversion
 
 log = structlog.get_logger(__name__)
 
 # Bump when a change to the converter changes its output: old cache entries then stop matching.
 CONVERTER_VERSION = "1"
-
-
-@dataclass(frozen=True)
-class Conversion:
-    out_type: str = "f16"  # one of types.OUTPUT_TYPES
-    quantize: str | None = None  # one of types.QUANT_TYPES, applied to the converted file
 
 
 def converted_dir() -> Path:
@@ -85,7 +78,13 @@ def converted_model(folder: Path, conversion: Conversion = Conversion(), progres
     parts = [p for name, data in input_signature(folder) for p in (name, data)]
     key = _key(CONVERTER_VERSION, conversion.out_type, *parts)
     target = converted_dir() / f"{folder.name}-{key[:16]}.{conversion.out_type}.gguf"
-    path = _cached(target, key, lambda tmp: convert_folder(folder, tmp, conversion.out_type, progress))
+
+    def convert(tmp: Path) -> None:
+        from worker.source.convert.write import convert_folder  # gguf-py: only when a conversion runs, not on a hit
+
+        convert_folder(folder, tmp, conversion.out_type, progress)
+
+    path = _cached(target, key, convert)
     if conversion.quantize is None:
         return path
     from worker.engine.quantize import quantize_model  # the one source -> engine call: llama.cpp's quantizer

@@ -1,9 +1,12 @@
-"""The output types a conversion can write, and the ones llama.cpp's quantizer can make from it.
+"""The output types a conversion can write, the ones llama.cpp's quantizer can make from it, and a Conversion.
 
-Names only, so the CLI offers them without importing gguf (write.py looks its enums up by name).
+Names only, so the CLI offers them and serve passes a Conversion without importing gguf (write.py looks its enums
+up by name).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 # --convert-type: what gguf-py writes for every 2-D weight (1-D tensors and norms stay F32, as
 # llama.cpp's converter keeps them): GGMLQuantizationType[NAME] in a file of LlamaFileType.MOSTLY_<NAME>.
@@ -14,3 +17,9 @@ QUANT_TYPES: tuple[str, ...] = (
     "q4_0", "q4_1", "q5_0", "q5_1", "q8_0", "q2_k", "q3_k_s", "q3_k_m", "q3_k_l",
     "q4_k_s", "q4_k_m", "q5_k_s", "q5_k_m", "q6_k", "iq4_nl", "iq4_xs",
 )
+
+
+@dataclass(frozen=True)
+class Conversion:
+    out_type: str = "f16"  # one of OUTPUT_TYPES
+    quantize: str | None = None  # one of QUANT_TYPES, applied to the converted file
