@@ -175,6 +175,25 @@ async def test_cancelled_request_leaves_nothing_wrongly_reused(http, base_url, w
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
+async def test_a_prefix_held_by_a_running_request_is_copied_from_its_slot(http, base_url, worker_off):
+    """A prompt sharing a long prefix with a request still answering starts from a copy of that slot's cells,
+    and answers as on a cold worker."""
+    shared = "Ledger of the northern mill, kept by the miller's daughter through the long wet winter. " * 8
+    running_body = {"prompt": shared + "Now copy the ledger out line by line:", "temperature": 0, "max_tokens": 300,
+                    "stream": True, "logit_bias": {"0": -100, "2": -100}}  # SmolLM2's end tokens: keep it running
+    body = {"prompt": shared + "Who kept the ledger?", "temperature": 0, "max_tokens": 32}
+    async with http.post(base_url + "/v1/completions", json=running_body) as running:
+        assert running.status == 200
+        async for line in running.content:
+            if line.startswith(b"data: ") and json.loads(line[6:])["choices"][0]["text"]:
+                break  # decoding now: its slot holds the shared prefix, and no free slot does
+        copied = await openai_once(http, base_url + "/v1/completions", body)
+    cold = await openai_once(http, worker_off.url + "/v1/completions", body)
+    assert completion_text(copied) == completion_text(cold)
+    reused = copied["usage"]["prompt_tokens_details"]["cached_tokens"]
+    assert reused % ALIGN == 0 and reused >= copied["usage"]["prompt_tokens"] - 2 * ALIGN, copied["usage"]
+
+
 async def test_fast_mode_reuses_generated_cells(http, model_path, tmp_path):
     fast = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048", "--prefix-cache", "fast")
     try:

@@ -130,7 +130,7 @@ class EngineLoop:
                 return False
             started = time.perf_counter()
             self._drop_ended(events)
-            for admission in self._scheduler.admit(self._waiting, self._free_slots):
+            for admission in self._scheduler.admit(self._waiting, self._free_slots, self._running):
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
             plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)

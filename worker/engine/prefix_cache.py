@@ -3,7 +3,11 @@
 A finished request's cells stay in its slot until the slot is needed again. A new
 request goes to the free slot that shares the longest reusable prefix with its
 prompt (least recently used first among equals, so recent conversations survive),
-and only the rest of its prompt is prefilled.
+and only the rest of its prompt is prefilled. When a running request's slot holds
+a longer one (a shared system prompt, a conversation's earlier turn still being
+answered), that stream is copied into the least recently used free slot instead
+(llama.cpp copies a stream whole, before the next decode), if that saves at least
+COPY_MIN_GAIN tokens of prefill.
 
 What "reusable" means depends on the mode:
 - exact: only cells made by prefill chunks that start and end on multiples of
@@ -30,6 +34,10 @@ from dataclasses import dataclass, field
 ALIGN = 16
 # Cells settled in one engine step: small, because a request that arrives meanwhile waits for the step.
 SETTLE_TOKENS = ALIGN
+# Prefill a copy from a running slot must save. llama.cpp copies a slot's stream whole: on 2 cores, the test
+# model's 2,048-cell slot in ~9 ms and an 8,192-cell one in ~22 ms, the prefill of 3 to 7 tokens
+# (bench/probes/copycost.py).
+COPY_MIN_GAIN = 2 * ALIGN
 
 
 class CacheMode(str, enum.Enum):
@@ -42,6 +50,13 @@ def align_down(position: int) -> int:
     return position - position % ALIGN
 
 
+@dataclass(frozen=True)
+class Reuse:
+    slot: int  # the free slot the request runs in
+    cells: int  # leading prompt tokens whose cells it starts with
+    source: int | None = None  # a running slot whose stream is copied in first; None: the slot's own cells
+
+
 @dataclass
 class SlotRecord:
     tokens: list[int] = field(default_factory=list)  # what the stream holds at positions 0..len-1
@@ -49,20 +64,32 @@ class SlotRecord:
     last_used: float = 0.0
 
 
+def held(tokens: list[int], prefilled: int) -> SlotRecord:
+    """A stream holding `tokens`, of which the first `prefilled` came from prefill chunks."""
+    return SlotRecord(tokens, align_down(min(prefilled, len(tokens))))
+
+
 class PrefixCache:
     def __init__(self, mode: CacheMode, slots: int) -> None:
         self.mode = mode
         self._records = [SlotRecord() for _ in range(slots)]
 
-    def choose(self, prompt: list[int], free_slots: list[int]) -> tuple[int, int]:
-        """The free slot to run `prompt` in and how many of its leading cells it keeps."""
+    def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord]) -> Reuse:
+        """The free slot to run `prompt` in and the cells it starts with: its own, or a running slot's copied.
+
+        `running`: what each busy slot's stream holds now (its request's cells so far).
+        """
         best_slot, best_reuse, best_used = -1, -1, 0.0
         for slot in free_slots:
             record = self._records[slot]
             reuse = self._reusable(record, prompt)
             if reuse > best_reuse or (reuse == best_reuse and record.last_used < best_used):
                 best_slot, best_reuse, best_used = slot, reuse, record.last_used
-        return best_slot, best_reuse
+        copies = {slot: self._reusable(record, prompt) for slot, record in running.items()}
+        source = max(copies, key=copies.__getitem__, default=None)
+        if source is not None and copies[source] - best_reuse >= COPY_MIN_GAIN:
+            return Reuse(self.least_recently_used(free_slots), copies[source], source)
+        return Reuse(best_slot, best_reuse)
 
     def least_recently_used(self, free_slots: list[int]) -> int:
         """The free slot whose cells are the least likely to be asked for again."""
@@ -87,10 +114,8 @@ class PrefixCache:
 
     def release(self, slot: int, tokens: list[int], prefilled: int) -> None:
         """A request left: its stream holds `tokens`, of which the first `prefilled` came from prefill chunks."""
-        record = self._records[slot]
-        record.tokens = tokens
-        record.exact = align_down(min(prefilled, len(tokens)))
-        record.last_used = time.monotonic()
+        self._records[slot] = held(tokens, prefilled)
+        self._records[slot].last_used = time.monotonic()
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]

@@ -42,7 +42,11 @@ class ModelRunner:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
         seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
         self.cache.claim(slot)
-        # Cells past the reused prefix belong to an earlier request: drop them.
+        if admission.source is not None:
+            # llama.cpp copies another slot's stream only whole, before the next llama_decode: the source's
+            # cells up to now, which its own next token does not touch.
+            llama_cpp.llama_memory_seq_cp(self.model.memory, admission.source, slot, -1, -1)
+        # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them.
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING

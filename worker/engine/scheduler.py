@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from worker.engine.prefix_cache import ALIGN, PrefixCache, Settle, align_down
+from worker.engine.prefix_cache import ALIGN, PrefixCache, Settle, align_down, held
 from worker.engine.sequence import Sequence, SequenceState
 
 
@@ -42,7 +42,8 @@ class StepPlan:
 class Admission:
     sequence: Sequence
     slot: int
-    reuse: int  # leading prompt tokens whose cells the slot already holds
+    reuse: int  # leading prompt tokens whose cells the slot holds once `source` is copied in
+    source: int | None = None  # a running slot whose stream is copied into this one first
 
 
 def chunk_budget(batch_size: int, ubatch_size: int) -> int:
@@ -55,18 +56,21 @@ class Scheduler:
         self.cache = cache
         self.budget = budget
 
-    def admit(self, waiting: deque[Sequence], free_slots: list[int]) -> list[Admission]:
-        """First come, first served; each to the free slot holding the most of its prompt.
+    def admit(self, waiting: deque[Sequence], free_slots: list[int], running: list[Sequence]) -> list[Admission]:
+        """First come, first served; each to the free slot holding the most of its prompt, or given a copy
+        of a running slot's cells when that holds more.
 
         A request with forks (n > 1) waits until it and every fork have a slot: the forks
         receive a copy of its prompt's cells, so they must be ready when its prompt is.
         """
+        # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
+        streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
         admitted = []
         while waiting and len(free_slots) > len(waiting[0].forks):
             sequence = waiting.popleft()
-            slot, reuse = self.cache.choose(sequence.prompt, free_slots)
-            free_slots.remove(slot)
-            admitted.append(Admission(sequence, slot, reuse))
+            choice = self.cache.choose(sequence.prompt, free_slots, streams)
+            free_slots.remove(choice.slot)
+            admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source))
             for fork in sequence.forks:
                 slot = self.cache.least_recently_used(free_slots)
                 free_slots.remove(slot)
