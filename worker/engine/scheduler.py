@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from worker.engine.prefix_cache import ALIGN, PrefixCache, Settle, align_down, held
+from worker.engine.prefix_cache import ALIGN, PrefixCache, Settle, SlotRecord, align_down, held
 from worker.engine.sequence import Sequence, SequenceState
 
 
@@ -63,10 +63,12 @@ class Scheduler:
         A request with forks (n > 1) waits until it and every fork have a slot: the forks
         receive a copy of its prompt's cells, so they must be ready when its prompt is.
         """
-        # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
-        streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
-        admitted = []
+        admitted: list[Admission] = []
+        streams: dict[int, SlotRecord] | None = None  # built on a step's first admission: most steps admit nobody
         while waiting and len(free_slots) > len(waiting[0].forks):
+            if streams is None:
+                # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
+                streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
             sequence = waiting.popleft()
             choice = self.cache.choose(sequence.prompt, free_slots, streams)
             free_slots.remove(choice.slot)
