@@ -194,6 +194,21 @@ async def test_a_prefix_held_by_a_running_request_is_copied_from_its_slot(http, 
     assert reused % ALIGN == 0 and reused >= copied["usage"]["prompt_tokens"] - 2 * ALIGN, copied["usage"]
 
 
+async def test_a_burst_with_one_new_prefix_prefills_it_once(http, base_url, worker_off):
+    """Requests sent together with the same new system prompt: one prefills it, the others wait for its cells
+    and copy them, and every answer is what a cold worker gives."""
+    # Longer than one step prefills (256 tokens), so the others arrive while it is still being prefilled.
+    shared = "Harbour office rules for the night shift, posted by the quay master after the spring storms. " * 32
+    bodies = [{"prompt": shared + question, "temperature": 0, "max_tokens": 24}
+              for question in ("Who posted the rules?", "When were they posted?", "Which shift do they cover?")]
+    together = await asyncio.gather(*(openai_once(http, base_url + "/v1/completions", body) for body in bodies))
+    cold = [await openai_once(http, worker_off.url + "/v1/completions", body) for body in bodies]
+    assert [completion_text(r) for r in together] == [completion_text(r) for r in cold]
+    reused = sorted(r["usage"]["prompt_tokens_details"]["cached_tokens"] for r in together)
+    prompt_tokens = together[0]["usage"]["prompt_tokens"]
+    assert reused[0] == 0 and all(hit >= prompt_tokens - 3 * ALIGN for hit in reused[1:]), (reused, prompt_tokens)
+
+
 async def test_fast_mode_reuses_generated_cells(http, model_path, tmp_path):
     fast = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048", "--prefix-cache", "fast")
     try:

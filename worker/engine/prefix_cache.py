@@ -7,7 +7,9 @@ and only the rest of its prompt is prefilled. When a running request's slot hold
 a longer one (a shared system prompt, a conversation's earlier turn still being
 answered), that stream is copied into the least recently used free slot instead
 (llama.cpp copies a stream whole, before the next decode), if that saves at least
-COPY_MIN_GAIN tokens of prefill.
+COPY_MIN_GAIN tokens of prefill. A request whose prefix another request is still
+prefilling waits for those cells rather than prefilling the same tokens beside it
+(scheduler.py).
 
 What "reusable" means depends on the mode:
 - exact: only cells made by prefill chunks that start and end on multiples of
@@ -82,10 +84,10 @@ class PrefixCache:
         best_slot, best_reuse, best_used = -1, -1, 0.0
         for slot in free_slots:
             record = self._records[slot]
-            reuse = self._reusable(record, prompt)
+            reuse = self.reusable(record, prompt)
             if reuse > best_reuse or (reuse == best_reuse and record.last_used < best_used):
                 best_slot, best_reuse, best_used = slot, reuse, record.last_used
-        copies = {slot: self._reusable(record, prompt) for slot, record in running.items()}
+        copies = {slot: self.reusable(record, prompt) for slot, record in running.items()}
         source = max(copies, key=copies.__getitem__, default=None)
         if source is not None and copies[source] - best_reuse >= COPY_MIN_GAIN:
             return Reuse(self.least_recently_used(free_slots), copies[source], source)
@@ -95,7 +97,7 @@ class PrefixCache:
         """The free slot whose cells are the least likely to be asked for again."""
         return min(free_slots, key=lambda slot: self._records[slot].last_used)
 
-    def _reusable(self, record: SlotRecord, prompt: list[int]) -> int:
+    def reusable(self, record: SlotRecord, prompt: list[int]) -> int:
         if self.mode is CacheMode.OFF or not record.tokens:
             return 0
         # At least the prompt's last two tokens are prefilled: the last one's logits start the answer, and a

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from worker.engine.prefix_cache import ALIGN, PrefixCache, Settle, SlotRecord, align_down, held
+from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Settle, SlotRecord, align_down, held
 from worker.engine.sequence import Sequence, SequenceState
 
 
@@ -61,23 +61,38 @@ class Scheduler:
         of a running slot's cells when that holds more.
 
         A request with forks (n > 1) waits until it and every fork have a slot: the forks
-        receive a copy of its prompt's cells, so they must be ready when its prompt is.
+        receive a copy of its prompt's cells, so they must be ready when its prompt is. A request
+        whose prompt a running one is still prefilling waits for those cells, to copy them.
         """
         admitted: list[Admission] = []
-        streams: dict[int, SlotRecord] | None = None  # built on a step's first admission: most steps admit nobody
+        # Built on a step's first admission (most steps admit nobody).
+        streams: dict[int, SlotRecord] | None = None
+        prefilling: list[Sequence] = []
         while waiting and len(free_slots) > len(waiting[0].forks):
             if streams is None:
                 # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
                 streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
-            sequence = waiting.popleft()
+                prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
+            sequence = waiting[0]
             choice = self.cache.choose(sequence.prompt, free_slots, streams)
+            if self._prefilling_more(sequence.prompt, prefilling, choice.cells):
+                break
+            waiting.popleft()
             free_slots.remove(choice.slot)
             admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source))
+            prefilling.append(sequence)  # from this step on: a burst's later requests wait for its cells
             for fork in sequence.forks:
                 slot = self.cache.least_recently_used(free_slots)
                 free_slots.remove(slot)
                 admitted.append(Admission(fork, slot, 0))
         return admitted
+
+    def _prefilling_more(self, prompt: list[int], prefilling: list[Sequence], reuse: int) -> bool:
+        """Whether a request still prefilling will hold COPY_MIN_GAIN more of `prompt` than `reuse`: a burst of
+        requests with one new system prompt then prefills it once, and the others copy it as soon as it is there
+        (prefilled beside each other, they would each pay for all of it on the same cores)."""
+        return any(self.cache.reusable(held(seq.prompt, len(seq.prompt)), prompt) - reuse >= COPY_MIN_GAIN
+                   for seq in prefilling)
 
     def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool) -> StepPlan:
         """`idle`: the engine has had nothing to do for a while, so settling a free slot costs nobody."""
@@ -89,7 +104,7 @@ class Scheduler:
             start, end = sequence.n_past, len(sequence.prompt)
             if end - start > budget:
                 end = align_down(start + budget)
-                if len(sequence.prompt) - end == 1:  # never leave a lone last row (see prefix_cache._reusable)
+                if len(sequence.prompt) - end == 1:  # never leave a lone last row (see PrefixCache.reusable)
                     end -= ALIGN
             if end <= start:
                 break
