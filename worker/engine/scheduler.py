@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Settle, SlotRecord, align_down, held
+from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Settle, align_down, held
 from worker.engine.sequence import Sequence, SequenceState
 
 
@@ -60,24 +60,24 @@ class Scheduler:
         """First come, first served; each to the free slot holding the most of its prompt, or given a copy
         of a running slot's cells when that holds more.
 
-        A request with forks (n > 1) waits until it and every fork have a slot: the forks
-        receive a copy of its prompt's cells, so they must be ready when its prompt is. A request
-        whose prompt a running one is still prefilling waits for those cells, to copy them.
+        A request with forks (n > 1) waits until it and every fork have a slot, and holds back those
+        behind it: the forks receive a copy of its prompt's cells, so they must be ready when its
+        prompt is. A request whose prompt a running one is still prefilling waits for those cells,
+        to copy them, and lets the ones behind it go first.
         """
         admitted: list[Admission] = []
-        # Built on a step's first admission (most steps admit nobody).
-        streams: dict[int, SlotRecord] | None = None
-        prefilling: list[Sequence] = []
-        while waiting and len(free_slots) > len(waiting[0].forks):
-            if streams is None:
-                # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
-                streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
-                prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
-            sequence = waiting[0]
+        if not waiting or not free_slots:  # most steps admit nobody
+            return admitted
+        # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
+        streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
+        prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
+        for sequence in list(waiting):
+            if len(free_slots) <= len(sequence.forks):
+                break
             choice = self.cache.choose(sequence.prompt, free_slots, streams)
             if self._prefilling_more(sequence.prompt, prefilling, choice.cells):
-                break
-            waiting.popleft()
+                continue
+            waiting.remove(sequence)
             free_slots.remove(choice.slot)
             admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source))
             prefilling.append(sequence)  # from this step on: a burst's later requests wait for its cells

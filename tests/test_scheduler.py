@@ -1,0 +1,62 @@
+"""Admission decisions, without a model: who goes to which slot, on which cells, and who waits."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from worker.engine.prefix_cache import ALIGN, CacheMode, PrefixCache
+from worker.engine.requests import Request
+from worker.engine.scheduler import Scheduler
+from worker.engine.sequence import Sequence, SequenceState
+
+SHARED = list(range(1000, 1600))  # a 600-token system prompt
+
+
+def sequence(prompt: list[int]) -> Sequence:
+    return Sequence(Request(prompt_tokens=prompt, max_tokens=8))
+
+
+def running(prompt: list[int], slot: int, n_past: int, state: SequenceState) -> Sequence:
+    seq = sequence(prompt)
+    seq.slot, seq.n_past, seq.state = slot, n_past, state
+    return seq
+
+
+def scheduler() -> Scheduler:
+    return Scheduler(PrefixCache(CacheMode.EXACT, 4), budget=256)
+
+
+def test_a_burst_with_one_new_prefix_admits_one_and_lets_an_unrelated_request_pass():
+    first, second = sequence(SHARED + [1, 2, 3]), sequence(SHARED + [4, 5, 6])
+    unrelated = sequence(list(range(50, 90)))
+    waiting = deque([first, second, unrelated])
+    admitted = scheduler().admit(waiting, [0, 1, 2, 3], [])
+    assert [a.sequence for a in admitted] == [first, unrelated]
+    assert list(waiting) == [second]  # waits for the cells `first` is prefilling, keeping its place
+
+
+def test_a_prefix_still_being_prefilled_is_waited_for_then_copied():
+    holder = running(SHARED + [1, 2, 3], slot=0, n_past=256, state=SequenceState.PREFILLING)
+    follower = sequence(SHARED + [4, 5, 6])
+    waiting = deque([follower])
+    assert scheduler().admit(waiting, [1, 2, 3], [holder]) == []
+    holder.n_past, holder.state = len(holder.prompt), SequenceState.DECODING
+    (admission,) = scheduler().admit(waiting, [1, 2, 3], [holder])
+    assert admission.source == 0 and admission.slot != 0
+    assert admission.reuse == len(SHARED) // ALIGN * ALIGN  # whole prefill-made blocks only (exact)
+
+
+def test_a_short_shared_prefix_is_not_worth_a_copy():
+    holder = running(SHARED[:20] + [1, 2, 3], slot=0, n_past=23, state=SequenceState.DECODING)
+    waiting = deque([sequence(SHARED[:20] + [4, 5, 6])])
+    (admission,) = scheduler().admit(waiting, [1, 2, 3], [holder])
+    assert admission.source is None and admission.reuse == 0
+
+
+def test_a_request_needing_more_slots_than_are_free_holds_back_those_behind_it():
+    wide = sequence(list(range(10, 60)))
+    wide.forks = [sequence(wide.prompt) for _ in range(3)]
+    small = sequence(list(range(70, 90)))
+    waiting = deque([wide, small])
+    assert scheduler().admit(waiting, [0, 1], []) == []
+    assert list(waiting) == [wide, small]
