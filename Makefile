@@ -2,13 +2,14 @@
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
-#   make test-rpc   of those, the RPC test alone (compiles the rpc preset once, ~5-10 minutes); CI runs it after make test
+#   make test-builds  of those, the two that build a llama.cpp variant (rpc; no llamafile) once each, ~5-10 minutes
+#                     a build, cached after; CI runs them after make test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-slow test-rpc install
+.PHONY: serve test test-slow test-builds install
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -28,5 +29,5 @@ test: install
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
-test-rpc: install
-	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py
+test-builds: install
+	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py tests/test_no_llamafile.py

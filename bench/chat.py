@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import json
 import statistics
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.run import (  # noqa: E402
-    LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, add_peer_flags, environment, machine_line,
+    LLAMA_CPP_PY, LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig, PromptFactory, add_peer_flags, environment, machine_line,
     find_llama_server, find_model, new_session, publish, running_server,
 )
 
@@ -40,9 +41,14 @@ QUESTIONS = [
 ]
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
+# llm-worker on a llama.cpp built without llamafile's GEMM, where exact mode's load-time check lets it reuse
+# answers too (README "Prefix cache"): scripts/build-llama-cpp builds it the first time (~5 minutes), cached after.
+# Its row is llm-worker's own libraries swapped by LLAMA_CPP_LIB_PATH, as `build-backend cpu-native no-llamafile` makes.
+NO_LLAMAFILE = "llm-worker exact no-llamafile"
 # (label, server, extra llm-worker flags)
 VARIANTS = [
     ("llm-worker exact", WORKER, ("--prefix-cache", "exact")),
+    (NO_LLAMAFILE, WORKER, ("--prefix-cache", "exact")),
     ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
     ("llm-worker off", WORKER, ("--prefix-cache", "off")),
     ("llama-server", LLAMA_SERVER, ()),
@@ -127,6 +133,13 @@ async def shared_system(url: str, args: argparse.Namespace, no_eos: dict[str, fl
             result.shared.append(turn)
 
 
+def no_llamafile_libs() -> Path:
+    """The directory of llama.cpp's libraries built with the no-llamafile preset, building them if not cached."""
+    out = subprocess.run([str(REPO_DIR / "scripts" / "build-llama-cpp"), "cpu-native,no-llamafile", "llama"],
+                         stdout=subprocess.PIPE, text=True, check=True)
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 async def warm_up(url: str) -> None:
     async with new_session() as session:
         await chat_turn(session, url, [{"role": "user", "content": "Hello"}], 4, {}, Turn(-1, 0))
@@ -196,7 +209,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
             if label.startswith("llm-worker"):
                 ratios = [row[k] / peer[k] if peer[k] else float("nan")
                           for k in ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")]
-                lines.append(f"| {label.split()[-1]} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+                lines.append(f"| {label.removeprefix('llm-worker ')} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -251,7 +264,8 @@ def main() -> int:
     prompts = PromptFactory(model)
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
     env = environment(cfg)
-    results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra), args, no_eos)
+    results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra, worker_env=(
+        (("LLAMA_CPP_LIB_PATH", str(no_llamafile_libs())),) if label == NO_LLAMAFILE else ())), args, no_eos)
                for label, server, extra in chosen]
     text = report(args, cfg, results, env)
     print(text)

@@ -84,6 +84,7 @@ class BenchConfig:
     out_dir: Path
     publish: bool
     worker_args: tuple[str, ...] = ()  # extra `llm-worker serve` flags (bench/chat.py runs its cache modes)
+    worker_env: tuple[tuple[str, str], ...] = ()  # extra environment for llm-worker (e.g. LLAMA_CPP_LIB_PATH)
 
     @property
     def ctx_per_slot(self) -> int:
@@ -288,7 +289,9 @@ def running_server(name: str, cfg: BenchConfig) -> Iterator[tuple[str, subproces
     with open(log_path, "wb") as log:
         t0 = time.perf_counter()
         # Own process group, so stopping it also stops anything it spawned.
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_DIR, start_new_session=True)
+        env = {**os.environ, **dict(cfg.worker_env)} if name == WORKER else None
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_DIR, start_new_session=True,
+                                env=env)
         sampler = RssSampler(proc.pid)
         try:
             url = f"http://127.0.0.1:{port}"

@@ -20,6 +20,7 @@ EXPECTED_CMAKE_ARGS = {
     "metal": ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
     "vulkan": ["-DGGML_NATIVE=OFF", "-DGGML_VULKAN=ON"],
     "rpc": ["-DGGML_RPC=ON"],
+    "no-llamafile": ["-DGGML_LLAMAFILE=OFF"],
 }
 
 
@@ -37,6 +38,7 @@ def test_the_package_ships_the_same_presets_file():
     (["cuda", "rpc"], ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON", "-DGGML_RPC=ON"]),
     (["cpu-native", "rpc"], ["-DGGML_NATIVE=ON", "-DGGML_RPC=ON"]),
     (["cpu", "cpu-native"], ["-DGGML_NATIVE=ON"]),  # a later preset wins
+    (["cpu-native", "no-llamafile"], ["-DGGML_NATIVE=ON", "-DGGML_LLAMAFILE=OFF"]),
 ])
 def test_presets_combine_left_to_right(names, expected):
     assert variant(names).cmake_args() == expected
@@ -88,7 +90,7 @@ def test_backends_describes_this_cpu_build():
     out = run_cli("backends").stdout
     assert "\n  cpu:CPU  cpu  " in out  # the CPU device, with its description and memory
     assert "cpu features: " in out and "OPENMP = 1" in out
-    assert "other builds: llm-worker build-backend PRESET... (cpu, cpu-native, openblas, cuda, metal, vulkan, rpc)" in out
+    assert "other builds: llm-worker build-backend PRESET... (cpu, cpu-native, openblas, cuda, metal, vulkan, rpc, no-llamafile)" in out
 
 
 def test_backends_json():

@@ -60,3 +60,34 @@ def test_a_request_needing_more_slots_than_are_free_holds_back_those_behind_it()
     waiting = deque([wide, small])
     assert scheduler().admit(waiting, [0, 1], []) == []
     assert list(waiting) == [wide, small]
+
+
+ANSWERED = SHARED[:100]  # a turn's prompt (100 tokens), then its answer (30 tokens, decoded one at a time)
+NEXT_TURN = ANSWERED + list(range(2000, 2030)) + list(range(3000, 3020))
+
+
+def cache_after_a_turn(trusted: bool) -> PrefixCache:
+    cache = PrefixCache(CacheMode.EXACT, 2)
+    if trusted:
+        cache.trust_decoded_cells()
+    cache.claim(0)
+    cache.release(0, NEXT_TURN[:130], prefilled=100)
+    return cache
+
+
+def test_exact_mode_reuses_only_whole_prefilled_blocks_by_default():
+    cache = cache_after_a_turn(trusted=False)
+    assert cache.choose(NEXT_TURN, [0, 1], {}).cells == 96  # 100 prefilled, down to a block; no answer cells
+    assert cache.unsettled([0, 1]) is not None  # the answer waits to be prefilled again while idle
+
+
+def test_exact_mode_reuses_the_answer_where_the_numerics_make_it_as_prefill_does():
+    cache = cache_after_a_turn(trusted=True)
+    assert cache.choose(NEXT_TURN, [0, 1], {}).cells == 130  # the whole turn, answer included, unaligned
+    assert cache.cells_held(0) == 130 and cache.unsettled([0, 1]) is None
+
+
+def test_trusting_decoded_cells_changes_nothing_when_the_cache_is_off():
+    cache = PrefixCache(CacheMode.OFF, 1)
+    cache.trust_decoded_cells()
+    assert not cache.every_cell and cache.choose(NEXT_TURN, [0], {}).cells == 0

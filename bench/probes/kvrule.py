@@ -8,6 +8,8 @@ Extends ../shared/probes/kvexact.py and kvmix.py to the questions the prefix cac
   5. cell reuse: KV copied between streams (seq_cp whole stream + seq_rm tail) vs cold.
 Each line prints the largest |logit difference| of the compared case against the reference (0 = bitwise).
 Run: python bench/probes/kvrule.py MODEL.gguf [more.gguf ...]   (any python with llama-cpp-python)
+     FLASH_ATTN=0|1, REPACK=0|1 (weights as stored | repacked); LLAMA_CPP_LIB_PATH=<a build's bin> for another
+     llama.cpp build, e.g. scripts/build-llama-cpp cpu-native,no-llamafile llama (bench/probes/RESULTS.md)
 """
 from __future__ import annotations
 
@@ -20,6 +22,9 @@ import numpy as np
 A = 64
 # Flash attention on llama.cpp's CPU picks its kernel by shape (tiled for >= 64 query rows, split-KV for one
 # row of one stream over >= 512 cells), so it is probed both ways: FLASH_ATTN=0 python kvrule.py ...
+# Repacked quantized weights (Q4_0, Q4_K, IQ4_NL on x86) run one row through a GEMV and groups of rows through a
+# GEMM whose sums differ: REPACK=0 loads the weights as stored.
+REPACK = os.environ.get("REPACK", "1") == "1"
 FLASH_ATTN = {"0": L.LLAMA_FLASH_ATTN_TYPE_DISABLED, "1": L.LLAMA_FLASH_ATTN_TYPE_ENABLED}[os.environ.get("FLASH_ATTN", "1")]
 
 
@@ -31,7 +36,9 @@ def _quiet(level, text, data):  # llama.cpp's load and context logs would bury t
 def main(path: str) -> None:
     L.llama_log_set(_quiet, None)
     L.llama_backend_init()
-    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    params = L.llama_model_default_params()
+    params.use_extra_bufts = REPACK  # False: no repacked weights (llama.cpp's --no-repack)
+    model = L.llama_model_load_from_file(path.encode(), params)
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
 

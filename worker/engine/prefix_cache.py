@@ -16,7 +16,9 @@ What "reusable" means depends on the mode:
   ALIGN, because those are bitwise what a cold prefill of the same tokens makes
   (bench/probes/kvrule.py measures it); cells made by single-token decode, and a
   prompt's last partial chunk, are recomputed. Reuse stops at a multiple of ALIGN,
-  so the chunks after it are aligned too.
+  so the chunks after it are aligned too. Where the load-time check (numerics.py)
+  found decode-made cells bitwise equal to prefilled ones, every matching cell, as
+  in fast mode.
 - fast: every matching cell, as llama-server does; greedy text may then differ
   from a cold run.
 - off: nothing; every prompt is prefilled whole.
@@ -74,7 +76,13 @@ def held(tokens: list[int], prefilled: int) -> SlotRecord:
 class PrefixCache:
     def __init__(self, mode: CacheMode, slots: int) -> None:
         self.mode = mode
+        self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included
         self._records = [SlotRecord() for _ in range(slots)]
+
+    def trust_decoded_cells(self) -> None:
+        """The numerics make answers' cells bitwise what prefill makes (numerics.py): exact may reuse them all."""
+        if self.mode is CacheMode.EXACT:
+            self.every_cell = True
 
     def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord]) -> Reuse:
         """The free slot to run `prompt` in and the cells it starts with: its own, or a running slot's copied.
@@ -103,10 +111,10 @@ class PrefixCache:
         # At least the prompt's last two tokens are prefilled: the last one's logits start the answer, and a
         # one-row chunk would take llama.cpp's one-row kernels, which a cold prefill of the prompt does not.
         limit = len(prompt) - 2
-        if self.mode is CacheMode.EXACT:
+        if not self.every_cell:
             limit = min(limit, record.exact)
         common = len(os.path.commonprefix([record.tokens[:limit], prompt[:limit]]))
-        return align_down(common) if self.mode is CacheMode.EXACT else common
+        return common if self.every_cell else align_down(common)
 
     def claim(self, slot: int) -> None:
         """A request takes the slot (the caller drops the cells it does not reuse); forget what it held."""
@@ -121,7 +129,7 @@ class PrefixCache:
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]
-        return record.exact if self.mode is CacheMode.EXACT else len(record.tokens)
+        return len(record.tokens) if self.every_cell else record.exact
 
     def unsettled(self, free_slots: list[int]) -> Settle | None:
         """Exact mode: the next block of a free slot's decode-made cells to prefill again, newest slot first.
@@ -130,7 +138,7 @@ class PrefixCache:
         aligned chunks while the engine has nothing better to do, they become what a cold prefill makes, and
         the conversation's next turn finds its whole history (but the last partial block) in the cache.
         """
-        if self.mode is not CacheMode.EXACT:
+        if self.mode is not CacheMode.EXACT or self.every_cell:
             return None
         for slot in sorted(free_slots, key=lambda s: -self._records[s].last_used):
             record = self._records[slot]

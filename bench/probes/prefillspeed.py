@@ -1,0 +1,60 @@
+"""Probe: prefill and decode tok/s of one sequence, to compare llama.cpp builds (e.g. with and without llamafile).
+
+Prefills 1,536 tokens in 256-token chunks into a 4-slot, 8,192-token context (flash attention off, as exact mode
+runs), then decodes 64 tokens one at a time; three rounds. Point llama-cpp-python at another build's libraries
+with LLAMA_CPP_LIB_PATH, and alternate the runs (this machine's speed drifts):
+  python bench/probes/prefillspeed.py MODEL.gguf [more.gguf ...]
+  LLAMA_CPP_LIB_PATH=$(CMAKE_ARGS=-DGGML_LLAMAFILE=OFF scripts/build-llama-cpp cpu-native llama | tail -1) \
+      python bench/probes/prefillspeed.py MODEL.gguf
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+
+import llama_cpp as L
+
+PROMPT, CHUNK, DECODE, ROUNDS = 1536, 256, 64, 3
+
+
+@L.llama_log_callback
+def _quiet(level, text, data):
+    pass
+
+
+def main(path: str) -> None:
+    L.llama_log_set(_quiet, None)
+    L.llama_backend_init()
+    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    params = L.llama_context_default_params()
+    params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 8192, CHUNK, CHUNK, 4
+    params.kv_unified, params.n_threads, params.n_threads_batch = False, 2, 2
+    params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    ctx = L.llama_init_from_model(model, params)
+    batch = L.llama_batch_init(CHUNK, 0, 1)
+
+    def decode(tokens: list[int], first: int) -> None:
+        batch.n_tokens = len(tokens)
+        for i, token in enumerate(tokens):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, first + i, 1
+            batch.seq_id[i][0], batch.logits[i] = 0, i == len(tokens) - 1
+        assert L.llama_decode(ctx, batch) == 0
+
+    rounds = []
+    for _ in range(ROUNDS):
+        L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, -1, -1)
+        started = time.perf_counter()
+        for first in range(0, PROMPT, CHUNK):
+            decode([100 + (first + i) % 1000 for i in range(CHUNK)], first)
+        prefilled = time.perf_counter()
+        for i in range(DECODE):
+            decode([200 + i], PROMPT + i)
+        rounds.append(f"prefill {PROMPT / (prefilled - started):.0f} decode {DECODE / (time.perf_counter() - prefilled):.0f}")
+    build = "llamafile" if b"LLAMAFILE = 1" in L.llama_print_system_info() else "no llamafile"
+    print(f"{os.path.basename(path)} ({build}) tok/s: " + " | ".join(rounds))
+
+
+if __name__ == "__main__":
+    for model_path in sys.argv[1:]:
+        main(model_path)
