@@ -41,14 +41,18 @@ QUESTIONS = [
 ]
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
-# llm-worker on a llama.cpp built without llamafile's GEMM, where exact mode's load-time check lets it reuse
-# answers too (README "Prefix cache"): scripts/build-llama-cpp builds it the first time (~5 minutes), cached after.
-# Its row is llm-worker's own libraries swapped by LLAMA_CPP_LIB_PATH, as `build-backend cpu-native no-llamafile` makes.
+# llm-worker on a llama.cpp built without llamafile's GEMM, without flash attention: exact mode's load-time check
+# lets it reuse answers there too (README "Prefix cache"): scripts/build-llama-cpp builds it the first time
+# (~5 minutes), cached after. Its row is llm-worker's own libraries swapped by LLAMA_CPP_LIB_PATH, as
+# `build-backend cpu-native no-llamafile` makes.
 NO_LLAMAFILE = "llm-worker exact no-llamafile"
 # (label, server, extra llm-worker flags)
 VARIANTS = [
+    # The default: flash attention held to its per-row kernel, so answers are reused on the default build.
     ("llm-worker exact", WORKER, ("--prefix-cache", "exact")),
-    (NO_LLAMAFILE, WORKER, ("--prefix-cache", "exact")),
+    # Exact mode as it ran before: no flash attention, so llamafile's GEMM keeps answers from being reused.
+    ("llm-worker exact unfused", WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
+    (NO_LLAMAFILE, WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
     ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
     ("llm-worker off", WORKER, ("--prefix-cache", "off")),
     ("llama-server", LLAMA_SERVER, ()),

@@ -725,6 +725,7 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p.add_argument("--llama-server", help="llama-server binary (default: build it with bench/build_llama_server.sh)")
     p.add_argument("--out", default=str(BENCH_DIR / "results"), help="where latest.md/.json, chart.png and logs go")
     p.add_argument("--publish", action="store_true", help="also copy the report and chart to bench/RESULTS.md and bench/chart.png")
+    p.add_argument("--worker-args", default="", help="extra `llm-worker serve` flags, e.g. '--prefix-cache fast'")
     a = p.parse_args(argv)
     servers = tuple(s.strip() for s in a.servers.split(",") if s.strip())
     if unknown := set(servers) - set(SERVERS):
@@ -747,6 +748,7 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         llama_server_bin=find_llama_server(a.llama_server) if LLAMA_SERVER in servers else None,
         out_dir=Path(a.out).resolve(),
         publish=a.publish,
+        worker_args=tuple(a.worker_args.split()),
     )
 
 

@@ -109,3 +109,29 @@ def base_url(worker: WorkerProcess) -> str:
 async def http():
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
         yield session
+
+
+def requantized(model_path: Path, qtype: str, folder: Path) -> Path:
+    """The test model quantized again to `qtype` (e.g. q4_k_m, f16) by llama.cpp's own quantizer, cached in `folder`.
+
+    SmolLM2's 576-wide rows do not divide into 256-value K-quant blocks, so llama.cpp keeps most of a q4_k_m file
+    in Q5_0 and puts Q4_K/Q6_K where rows allow (the ffn_down tensors): both kinds of kernels are in play.
+    """
+    import llama_cpp
+
+    out = folder / f"smollm2-{qtype}.gguf"
+    if not out.exists():
+        params = llama_cpp.llama_model_quantize_default_params()
+        params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}")
+        params.allow_requantize = True
+        partial = out.with_suffix(".part")
+        assert llama_cpp.llama_model_quantize(str(model_path).encode(), str(partial).encode(), params) == 0
+        partial.rename(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def quantized(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """quantized("q4_k_m") -> the test model in that type, made once per session."""
+    folder = tmp_path_factory.mktemp("quantized")
+    return lambda qtype: requantized(model_path, qtype, folder)

@@ -1,24 +1,62 @@
-"""The load-time check behind exact mode's reuse of answers (worker/engine/numerics.py), on this build."""
+"""The load-time check behind exact mode's reuse of answers (worker/engine/numerics.py), on this build: where it
+must pass and where it must fail."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import llama_cpp
+import pytest
 
+from worker.engine.kernels import TILED_MM_ENV
 from worker.engine.model import EngineConfig, LlamaModel
-from worker.engine.numerics import decode_matches_prefill, decoded_cells_exact
+from worker.engine.numerics import Numerics, decode_matches_prefill, measure
+
+LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 
 
-def test_the_check_sees_what_the_builds_kernels_do(model_path: Path):
-    """llamafile's GEMM computes a prefill's rows other than one-row decode does (bench/probes/kvrule.py: 0.51 on
-    the test model's logits), which is why a CPU build with it skips the measurement; built without it,
-    decode-made cells are bitwise prefilled ones (tests/test_no_llamafile.py)."""
-    model = LlamaModel(model_path, EngineConfig(ctx_size=1024, parallel=1))
-    try:
-        llamafile = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
-        assert decode_matches_prefill(model) is (not llamafile)
-        assert decoded_cells_exact(model) is (not llamafile)
-        assert llama_cpp.llama_memory_seq_pos_max(model.memory, 0) == -1  # slot 0 left empty
-    finally:
+@pytest.fixture
+def load(monkeypatch):
+    """A model in this process; what exact mode sets in the environment for ggml is undone after the test."""
+    monkeypatch.setenv(TILED_MM_ENV, "0")
+    loaded: list[LlamaModel] = []
+
+    def _load(path: Path, **config) -> LlamaModel:
+        loaded.append(LlamaModel(path, EngineConfig(ctx_size=1024, parallel=2, **config)))
+        return loaded[-1]
+
+    yield _load
+    for model in loaded:
+        assert all(llama_cpp.llama_memory_seq_pos_max(model.memory, slot) == -1 for slot in (0, 1))  # left empty
         model.close()
+
+
+def test_pinned_flash_attention_makes_answers_reusable_on_this_build(model_path, load):
+    """Flash attention held to its per-row kernel (attention.py) keeps the attention products out of llamafile's
+    GEMM: the test model's Q4_1 rows follow the row alone, on the default build as on one without llamafile."""
+    model = load(model_path)
+    assert model.attention.pinned
+    assert measure(model) == Numerics(decoded_cells_exact=True, batch_invariant=True)
+
+
+def test_without_flash_attention_llamafile_shows(model_path, load):
+    """llamafile's GEMM computes a prefill's attention rows other than one-row decode does (bench/probes/kvrule.py:
+    0.51 on the test model's logits): the measurement sees it, so the check skips such builds."""
+    model = load(model_path, flash_attn="off")
+    assert not model.attention.pinned
+    assert decode_matches_prefill(model) is (not LLAMAFILE)
+    assert measure(model).decoded_cells_exact is (None if LLAMAFILE else True)
+
+
+def test_f16_weights_fail_both_measurements_where_llamafile_takes_them(quantized, load):
+    """F16 weights go through llamafile's GEMM from two rows on, with no switch at run time: the check must say no
+    to both questions there (and yes on a build without llamafile)."""
+    model = load(quantized("f16"))
+    assert measure(model) == Numerics(not LLAMAFILE, not LLAMAFILE)
+
+
+def test_a_gpu_backend_is_not_measured(model_path, load):
+    """Nothing on a GPU was measured: exact mode keeps its block rule there, and says so (None)."""
+    model = load(model_path)
+    object.__setattr__(model, "config", EngineConfig(backend="cuda", ctx_size=1024, parallel=2))
+    assert measure(model) == Numerics(None, None)

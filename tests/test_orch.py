@@ -13,7 +13,13 @@ async def test_health_and_ready(http, base_url):
     for path in ("/health", "/v1/health"):
         async with http.get(base_url + path) as response:
             assert response.status == 200
-            assert await response.json() == {"status": "healthy", "vram_bytes": 0}
+            body = await response.json()
+            assert body["status"] == "healthy" and body["vram_bytes"] == 0
+            # What exact mode chose and measured at load, on this build and the test model (README "Prefix cache").
+            assert body["exactness"] == {
+                "prefix_cache": "exact", "flash_attn": "on", "cache_type_v": "bf16", "attention_pinned": True,
+                "tiled_mm": False, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
+                "answers_reused": True}
     async with http.get(base_url + "/v1/ready") as response:
         body = await response.json()
     assert body["ready"] is True and body["model_loaded"] is True and body["state"] in ("idle", "busy")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections import deque
 
-from worker.engine.prefix_cache import ALIGN, CacheMode, PrefixCache
+from worker.engine.prefix_cache import ALIGN, CacheMode, PrefixCache, align_down
 from worker.engine.requests import Request
-from worker.engine.scheduler import Scheduler
+from worker.engine.scheduler import STALL_FACTOR, Pace, Scheduler
 from worker.engine.sequence import Sequence, SequenceState
 
 SHARED = list(range(1000, 1600))  # a 600-token system prompt
@@ -91,3 +91,19 @@ def test_trusting_decoded_cells_changes_nothing_when_the_cache_is_off():
     cache = PrefixCache(CacheMode.OFF, 1)
     cache.trust_decoded_cells()
     assert not cache.every_cell and cache.choose(NEXT_TURN, [0], {}).cells == 0
+
+
+def test_prefill_beside_running_streams_is_held_to_the_measured_pace():
+    """Every running stream waits for a step's prefill: while any decodes, a step prefills only what fits in
+    STALL_FACTOR decode steps at the measured speed (whole blocks); with none decoding, the whole budget."""
+    pace = Pace()
+    pace.observe_decode(0.050)  # a step of decode rows: 50 ms
+    pace.observe_prefill(0.640, 256)  # 2.5 ms a prompt token
+    plan = Scheduler(PrefixCache(CacheMode.EXACT, 4), budget=256, pace=pace).plan
+    new = running(list(range(10, 510)), slot=1, n_past=0, state=SequenceState.PREFILLING)
+    streaming = running(list(range(600, 640)), slot=0, n_past=45, state=SequenceState.DECODING)
+    (chunk,) = plan([streaming, new], [2, 3], 0, False).prefill
+    assert chunk.end - chunk.start == align_down(int(STALL_FACTOR * 0.050 / 0.0025)) == 80
+    (alone,) = plan([new], [0, 2, 3], 0, False).prefill
+    assert alone.end - alone.start == 256
+    assert Pace().prefill_tokens_beside_streams(256) == 256  # nothing measured yet: the whole budget

@@ -104,12 +104,14 @@ def cli() -> None:
               "llama-server does (text may change); off: prefill every prompt whole.")
 @_option("--cache-type-k", env="CACHE_TYPE_K", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16",
          show_default=True, help="KV cache type for K.")
-@_option("--cache-type-v", env="CACHE_TYPE_V", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16",
-         show_default=True, help="KV cache type for V (quantized V needs --flash-attn on, so --prefix-cache fast or off).")
+@_option("--cache-type-v", env="CACHE_TYPE_V", type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]), default=None,
+         help="KV cache type for V (anything but f16 needs flash attention).  [default: bf16 in exact and off modes "
+              "on the cpu backend (the size of f16; a V type other than K's holds flash attention to one kernel for "
+              "every row, so text never follows the load), else f16]")
 @_option("--flash-attn", "-fa", env="FLASH_ATTN", type=click.Choice(["auto", "on", "off"]), default="auto",
          show_default=True,
-         help="llama.cpp's flash attention.  auto: off (its CPU kernels follow the batch shape, so text would "
-              "follow the load) unless --prefix-cache fast, where llama.cpp decides.")
+         help="llama.cpp's flash attention.  auto: in exact and off modes on for the cpu backend, held to its "
+              "per-row kernel (see --cache-type-v), and off elsewhere; in fast mode llama.cpp decides.")
 @_option("--reasoning-format", env="REASONING_FORMAT", type=click.Choice(["deepseek", "none"]), default="deepseek",
          show_default=True,
          help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "

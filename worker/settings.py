@@ -38,19 +38,6 @@ class Settings:
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
 
 
-def _check_exact_mode(engine: dict) -> None:
-    """Exact mode needs attention whose numerics do not depend on the batch (see engine/prefix_cache.py)."""
-    if engine["prefix_cache"] is not CacheMode.EXACT:
-        return
-    if engine["flash_attn"] == "on":
-        raise WorkerError("--prefix-cache exact needs --flash-attn off or auto: llama.cpp's flash attention picks "
-                          "its kernel by batch shape, so text would depend on the load; use --prefix-cache fast "
-                          "or off to run with flash attention")
-    if engine["cache_type_v"] != "f16":
-        raise WorkerError(f"--cache-type-v {engine['cache_type_v']} needs flash attention, which "
-                          "--prefix-cache exact turns off; use --prefix-cache fast or off and --flash-attn on")
-
-
 def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
@@ -63,9 +50,10 @@ def settings_from_flags(flags: dict) -> Settings:
     if flags["pooling"] and not flags["embeddings"]:
         raise WorkerError(f"--pooling {flags['pooling']} only applies to embeddings: add --embeddings")
     engine_fields["prefix_cache"] = CacheMode(flags["prefix_cache"])
-    _check_exact_mode(engine_fields)
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]
+    engine = EngineConfig(backend=backend, **engine_fields)
+    engine.attention()  # flags that would break exact mode's promise stop here, before any model loads
     return Settings(
         model=flags["model"],
         model_ref=flags["model_ref"],
@@ -83,7 +71,7 @@ def settings_from_flags(flags: dict) -> Settings:
         api_keys=tuple(key for key in (flags["api_key"], os.environ.get(ORCH_TOKEN_ENV)) if key),
         log_format=flags["log_format"] or default_format(),
         log_level=flags["log_level"],
-        engine=EngineConfig(backend=backend, **engine_fields),
+        engine=engine,
         convert_type=flags["convert_type"],
         quantize=flags["quantize"],
     )

@@ -9,7 +9,10 @@ Extends ../shared/probes/kvexact.py and kvmix.py to the questions the prefix cac
 Each line prints the largest |logit difference| of the compared case against the reference (0 = bitwise).
 Run: python bench/probes/kvrule.py MODEL.gguf [more.gguf ...]   (any python with llama-cpp-python)
      FLASH_ATTN=0|1, REPACK=0|1 (weights as stored | repacked); LLAMA_CPP_LIB_PATH=<a build's bin> for another
-     llama.cpp build, e.g. scripts/build-llama-cpp cpu-native,no-llamafile llama (bench/probes/RESULTS.md)
+     llama.cpp build, e.g. scripts/build-llama-cpp cpu-native,no-llamafile llama (bench/probes/RESULTS.md);
+     CACHE_K, CACHE_V=f16|bf16|f32|q8_0 (the KV cell types); REPEAT=N (the prompts' filler sentences, 20 by
+     default: 332 tokens; 40 takes the cache past the 512 cells where flash attention splits a lone row's KV);
+     GGML_CPU_TILED_MM=0 (K-quant weights through vec_dot whatever the rows) is read by ggml itself.
 """
 from __future__ import annotations
 
@@ -26,6 +29,12 @@ A = 64
 # GEMM whose sums differ: REPACK=0 loads the weights as stored.
 REPACK = os.environ.get("REPACK", "1") == "1"
 FLASH_ATTN = {"0": L.LLAMA_FLASH_ATTN_TYPE_DISABLED, "1": L.LLAMA_FLASH_ATTN_TYPE_ENABLED}[os.environ.get("FLASH_ATTN", "1")]
+# Flash attention's tiled and split-KV kernels both require K and V cells of one type: with V in another type than
+# K every row takes the per-row kernel, whatever the batch (bench/probes/RESULTS.md, "flash attention pinned").
+# (ggml.h numbers BF16 30; the binding names no constant for it)
+CELL_TYPES = {"f16": L.GGML_TYPE_F16, "bf16": 30, "f32": L.GGML_TYPE_F32, "q8_0": L.GGML_TYPE_Q8_0}
+CACHE_K, CACHE_V = os.environ.get("CACHE_K", "f16"), os.environ.get("CACHE_V", "f16")
+REPEAT = int(os.environ.get("REPEAT", "20"))
 
 
 @L.llama_log_callback
@@ -47,9 +56,9 @@ def main(path: str) -> None:
         n = L.llama_tokenize(vocab, text.encode(), len(text.encode()), buf, 8192, True, True)
         return list(buf[:n])
 
-    P = tok("The history of bridges begins with logs laid across streams and stones set in rivers. " * 20
+    P = tok("The history of bridges begins with logs laid across streams and stones set in rivers. " * REPEAT
             + "Explain why arches carry load so well, in three sentences.")
-    Q = tok("Bees communicate through dances that encode direction and distance to flowers. " * 20
+    Q = tok("Bees communicate through dances that encode direction and distance to flowers. " * REPEAT
             + "How do bees find their way home?")
     n = len(P)
 
@@ -59,6 +68,7 @@ def main(path: str) -> None:
         cp.n_threads = cp.n_threads_batch = 2
         cp.kv_unified = False
         cp.flash_attn_type = FLASH_ATTN
+        cp.type_k, cp.type_v = CELL_TYPES[CACHE_K], CELL_TYPES[CACHE_V]
         return L.llama_init_from_model(model, cp)
 
     batch = L.llama_batch_init(1024, 0, 1)
@@ -116,7 +126,8 @@ def main(path: str) -> None:
         return f"{np.abs(a - b).max():.2e}"
 
     ref = fresh(lambda c: prefill(c, P, aligned(n)))
-    print(f"\n== {path} flash_attn={FLASH_ATTN}\nprompt {n} tokens, reference: solo, chunks at multiples of {A}")
+    print(f"\n== {os.path.basename(path)} flash_attn={FLASH_ATTN} K={CACHE_K} V={CACHE_V} "
+          f"tiled_mm={os.environ.get('GGML_CPU_TILED_MM', '1')} repack={int(REPACK)}\nprompt {n} tokens, reference: solo, chunks at multiples of {A}")
     print("1. whole prompt in one chunk           ", diff(fresh(lambda c: prefill(c, P, [n])), ref))
     print("1. aligned 128                         ", diff(fresh(lambda c: prefill(c, P, aligned(n, 128))), ref))
     print("1. aligned starts, lengths 64,192,rest ", diff(fresh(lambda c: prefill(c, P, [64, 256, n])), ref))

@@ -1,8 +1,12 @@
 """Probe: prefill and decode tok/s of one sequence, to compare llama.cpp builds (e.g. with and without llamafile).
 
-Prefills 1,536 tokens in 256-token chunks into a 4-slot, 8,192-token context (flash attention off, as exact mode
-runs), then decodes 64 tokens one at a time; three rounds. Point llama-cpp-python at another build's libraries
-with LLAMA_CPP_LIB_PATH, and alternate the runs (this machine's speed drifts):
+Prefills 1,536 tokens in 256-token chunks into a 4-slot, 8,192-token context, then decodes 64 tokens one at a
+time; three rounds. ATTN picks the attention: pinned (flash attention on, V cells bf16: every row through its
+per-row kernel, as exact mode runs on the cpu backend; the default), fast (flash attention on, f16 cells: the
+kernels llama.cpp picks by shape, as fast mode runs), off (no flash attention, f16 cells). REPACK=0 loads the
+weights unrepacked; GGML_CPU_TILED_MM=0 or GGML_CPU_TILED_MM_FORCE=1 hold K-quant products to one kernel.
+Point llama-cpp-python at another build's libraries with LLAMA_CPP_LIB_PATH, and alternate the runs (this
+machine's speed drifts):
   python bench/probes/prefillspeed.py MODEL.gguf [more.gguf ...]
   LLAMA_CPP_LIB_PATH=$(CMAKE_ARGS=-DGGML_LLAMAFILE=OFF scripts/build-llama-cpp cpu-native llama | tail -1) \
       python bench/probes/prefillspeed.py MODEL.gguf
@@ -16,6 +20,10 @@ import time
 import llama_cpp as L
 
 PROMPT, CHUNK, DECODE, ROUNDS = 1536, 256, 64, 3
+F16, FA_ON, FA_OFF = L.GGML_TYPE_F16, L.LLAMA_FLASH_ATTN_TYPE_ENABLED, L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+# name: (flash attention, K type, V type); ggml numbers BF16 30, which the binding does not name
+ATTN = {"pinned": (FA_ON, F16, 30), "pinned-f32": (FA_ON, F16, L.GGML_TYPE_F32),
+        "pinned-q8": (FA_ON, L.GGML_TYPE_Q8_0, L.GGML_TYPE_Q8_0), "fast": (FA_ON, F16, F16), "off": (FA_OFF, F16, F16)}
 
 
 @L.llama_log_callback
@@ -26,11 +34,14 @@ def _quiet(level, text, data):
 def main(path: str) -> None:
     L.llama_log_set(_quiet, None)
     L.llama_backend_init()
-    model = L.llama_model_load_from_file(path.encode(), L.llama_model_default_params())
+    model_params = L.llama_model_default_params()
+    model_params.use_extra_bufts = os.environ.get("REPACK", "1") == "1"
+    model = L.llama_model_load_from_file(path.encode(), model_params)
     params = L.llama_context_default_params()
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 8192, CHUNK, CHUNK, 4
     params.kv_unified, params.n_threads, params.n_threads_batch = False, 2, 2
-    params.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    attn = os.environ.get("ATTN", "pinned")
+    params.flash_attn_type, params.type_k, params.type_v = ATTN[attn]
     ctx = L.llama_init_from_model(model, params)
     batch = L.llama_batch_init(CHUNK, 0, 1)
 
@@ -52,7 +63,9 @@ def main(path: str) -> None:
             decode([200 + i], PROMPT + i)
         rounds.append(f"prefill {PROMPT / (prefilled - started):.0f} decode {DECODE / (time.perf_counter() - prefilled):.0f}")
     build = "llamafile" if b"LLAMAFILE = 1" in L.llama_print_system_info() else "no llamafile"
-    print(f"{os.path.basename(path)} ({build}) tok/s: " + " | ".join(rounds))
+    kernels = " ".join(f"{k}={os.environ[k]}" for k in ("REPACK", "GGML_CPU_TILED_MM", "GGML_CPU_TILED_MM_FORCE")
+                       if k in os.environ)
+    print(f"{os.path.basename(path)} ({build}, attention {attn} {kernels}) tok/s: " + " | ".join(rounds))
 
 
 if __name__ == "__main__":

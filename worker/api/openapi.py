@@ -303,7 +303,13 @@ _GENERATED = {"description": "a completion object, or SSE chunks ending with [DO
               "content": {"application/json": {"schema": {"type": "object"}},
                           "text/event-stream": {"schema": _sse_event({"oneOf": [_CHUNK, SCHEMAS["OpenAIError"]]})}}}
 _HEALTH = {"description": "healthy", **_json({"type": "object", "properties": {
-    "status": {"type": "string"}, "vram_bytes": {"type": "integer"}}})}
+    "status": {"type": "string"}, "vram_bytes": {"type": "integer"},
+    "exactness": {"type": "object", "properties": {
+        "prefix_cache": {"enum": ["exact", "fast", "off"]}, "flash_attn": {"enum": ["on", "off", "auto"]},
+        "cache_type_v": {"type": "string"}, "attention_pinned": {"type": "boolean"},
+        "tiled_mm": {"type": "boolean"}, "repack": {"type": "boolean"},
+        "decoded_cells_exact": {"type": ["boolean", "null"]}, "batch_invariant": {"type": ["boolean", "null"]},
+        "answers_reused": {"type": "boolean"}}}}})}
 
 _TEXT_BLOCK = _event("text", {"text": _TEXT})
 _THINKING_BLOCK = _event("thinking", {"thinking": _TEXT, "signature": _TEXT})

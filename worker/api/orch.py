@@ -33,7 +33,8 @@ def vram_bytes(worker: WorkerState) -> int:
 async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     if worker.phase is Phase.READY:
-        return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker)})
+        return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker),
+                                  "exactness": worker.engine.exactness.as_dict()})
     return web.json_response({"status": worker.phase.value}, status=503)
 
 

@@ -17,7 +17,7 @@ from worker.engine.grammar import grammar_problem
 from worker.engine.handle import RequestHandle
 from worker.engine.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.loop import EngineLoop, SchedulerStats
-from worker.engine.numerics import decoded_cells_exact
+from worker.engine.numerics import Numerics, measure
 from worker.engine.prefix_cache import CacheMode
 from worker.engine.reasoning import opens_in_prompt
 from worker.engine.requests import Reasoning, Request
@@ -45,6 +45,25 @@ class EmptyPrompt(ValueError):
 
 
 @dataclass(frozen=True)
+class Exactness:
+    """What the prefix cache promises and why: said once at load (model_loaded) and on /health."""
+
+    prefix_cache: str  # exact | fast | off
+    flash_attn: str  # on | off | auto (llama.cpp's choice, fast mode)
+    cache_type_v: str
+    attention_pinned: bool  # flash attention held to its per-row kernel (attention.py)
+    tiled_mm: bool  # ggml's tiled K-quant matmul allowed (kernels.py)
+    repack: bool  # weights repacked for the CPU's GEMM
+    # The load-time check (numerics.py), exact mode only; None: not measured (a GPU or rpc backend, or another mode).
+    decoded_cells_exact: bool | None
+    batch_invariant: bool | None
+    answers_reused: bool  # answers' cells reused: fast mode, or exact where the load-time check measured them equal
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class ChatPrompt:
     tokens: list[int]
     reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
@@ -59,6 +78,7 @@ class Engine:
         self._loop = loop
         self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
         self._warm = threading.Event()
+        self.numerics = Numerics(None, None)  # measured at warm-up in exact mode
         self._warm_up_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="llm-engine", daemon=True)
 
@@ -84,10 +104,14 @@ class Engine:
             progress("warmup", 1, 1)
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
-                 chat_template="models.toml" if chat_template else "gguf", prefix_cache=config.prefix_cache.value,
-                 answers_reused=engine.answers_reused,
-                 flash_attn=model.flash_attn, cache_type_k=config.cache_type_k, cache_type_v=config.cache_type_v,
+                 chat_template="models.toml" if chat_template else "gguf", cache_type_k=config.cache_type_k,
+                 **engine.exactness.as_dict(),
                  embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch)
+        if engine.numerics.batch_invariant is False:
+            log.warning("exactness_limited", reason="a row's logits changed with the rows beside it in the load-time "
+                        "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
+                        "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type the README lists "
+                        "as exact on this build")
         return engine
 
     def _run(self) -> None:
@@ -96,8 +120,10 @@ class Engine:
         # thread measured 3x slower (36 ms vs 11 ms a token on the test model).
         try:
             self.model.warm_up()
-            if self.model.config.prefix_cache is CacheMode.EXACT and decoded_cells_exact(self.model):
-                self._steps.cache.trust_decoded_cells()
+            if self.model.config.prefix_cache is CacheMode.EXACT:
+                self.numerics = measure(self.model)
+                if self.numerics.answers_reusable:
+                    self._steps.cache.trust_decoded_cells()
         except BaseException as exc:  # handed to load()'s caller
             self._warm_up_error = exc
             return
@@ -106,9 +132,13 @@ class Engine:
         self._steps.run()
 
     @property
-    def answers_reused(self) -> bool:
-        """The prefix cache reuses answers' cells: fast mode, or exact where the numerics allow (numerics.py)."""
-        return self._steps.cache.every_cell
+    def exactness(self) -> Exactness:
+        attention = self.model.attention
+        # The prefix cache reuses answers' cells: fast mode, or exact where the numerics allow (numerics.py).
+        kernels = self.model.kernels
+        return Exactness(self.model.config.prefix_cache.value, attention.flash_attn, attention.cache_type_v,
+                         attention.pinned, kernels.tiled_mm, kernels.repack, self.numerics.decoded_cells_exact,
+                         self.numerics.batch_invariant, self._steps.cache.every_cell)
 
     @property
     def n_ctx_seq(self) -> int:

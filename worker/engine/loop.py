@@ -19,7 +19,7 @@ from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache
 from worker.engine.requests import FinishReason
 from worker.engine.runner import Events, ModelRunner, finished_event
-from worker.engine.scheduler import Scheduler, chunk_budget
+from worker.engine.scheduler import Pace, Scheduler, chunk_budget
 from worker.engine.sequence import Sequence, SequenceState
 
 Dispatch = Callable[[Events], None]
@@ -59,8 +59,9 @@ class EngineLoop:
         self._stopping = False
         self.cache = PrefixCache(cache_mode, self.config.parallel)
         budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
-        self._scheduler = Scheduler(self.cache, budget)
-        self._runner = ModelRunner(model, self.cache, max(budget, self.config.parallel))
+        pace = Pace()
+        self._scheduler = Scheduler(self.cache, budget, pace)
+        self._runner = ModelRunner(model, self.cache, max(budget, self.config.parallel), pace)
         # Embedding jobs decode in their own context, but on this thread: never two llama_decode calls at once.
         self._embeds: deque[EmbeddingJob] = deque()
         self._embedder = Embedder(model) if model.embed_ctx else None

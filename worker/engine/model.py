@@ -11,7 +11,8 @@ from pathlib import Path
 import llama_cpp
 import structlog
 
-from worker.engine import llama_log
+from worker.engine import kernels, llama_log
+from worker.engine.attention import Attention, plan_attention
 from worker.engine.backends import ggml, require_backend
 from worker.engine.prefix_cache import CacheMode
 from worker.engine.rpc import rpc_devices
@@ -52,14 +53,21 @@ class EngineConfig:
     max_queue: int = 64
     prefix_cache: CacheMode = CacheMode.EXACT
     cache_type_k: str = "f16"  # KV cell types: one of KV_CACHE_TYPES
-    cache_type_v: str = "f16"
+    cache_type_v: str | None = None  # None: the mode's choice (attention.py)
     flash_attn: str = "auto"  # one of FLASH_ATTN
     reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
     embeddings: bool = False  # a second context for /v1/embeddings (engine/embeddings.py)
     pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
 
+    def attention(self) -> Attention:
+        """Flash attention and the V cells' type for this mode and backend (WorkerError for flags that clash)."""
+        return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
+                              self.cache_type_k, self.cache_type_v)
 
-KV_CACHE_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0, "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+
+# ggml.h numbers BF16 30; the binding names no constant for it.
+KV_CACHE_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "bf16": 30, "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+                  "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 FLASH_ATTN = {
     "auto": llama_cpp.LLAMA_FLASH_ATTN_TYPE_AUTO,
     "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
@@ -115,12 +123,17 @@ class LlamaModel:
         device = require_backend(config.backend, config.device)
         self.path = path
         self.config = config
+        self.attention = config.attention()
+        # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend (kernels.py).
+        row_invariant = config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
+        self.kernels = kernels.choose_kernels(path, row_invariant)
+        kernels.apply(self.kernels)
         # The devices that take layers: this machine's GPU (none for cpu) and the rpc servers' ones.
         local = [ggml().ggml_backend_dev_get(device.index)] if device else []
         offload = local + list(rpc_devices(config.rpc_servers) if config.rpc_servers else ())
         buffers = DeviceBuffers()
         with llama_log.listening(buffers):
-            self.model = self._load_model(path, config, local, offload, progress)
+            self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
@@ -140,8 +153,9 @@ class LlamaModel:
 
     @staticmethod
     def _load_model(path: Path, config: EngineConfig, local: list[int], offload: list[int],
-                    progress: ProgressFn | None) -> llama_cpp.llama_model_p:
+                    progress: ProgressFn | None, repack: bool) -> llama_cpp.llama_model_p:
         params = llama_cpp.llama_model_default_params()
+        params.use_extra_bufts = repack
         if progress is not None:
             # llama.cpp reports a fraction; the params struct keeps the callback alive for the load.
             params.progress_callback = llama_cpp.llama_progress_callback(
@@ -166,19 +180,6 @@ class LlamaModel:
             )
         return model
 
-    @property
-    def flash_attn(self) -> str:
-        """on, off, or auto: off unless --prefix-cache fast, which promises no exactness (then llama.cpp decides).
-
-        llama.cpp's CPU flash attention picks its kernel by batch shape (tiled from 64 query rows, split over
-        the KV cells for one stream's lone row), so its numerics follow the load; without it exact and off
-        compute alike, whatever runs beside a request.
-        """
-        config = self.config
-        if config.flash_attn == "auto" and config.prefix_cache is not CacheMode.FAST:
-            return "off"
-        return config.flash_attn
-
     def _new_context(self, config: EngineConfig) -> llama_cpp.llama_context_p:
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = config.ctx_size or self.n_ctx_train
@@ -190,12 +191,13 @@ class LlamaModel:
         # (measured: a unified cache made 2 of 4 concurrent greedy streams drift).
         params.kv_unified = False
         params.no_perf = True
+        attention = self.attention
         params.type_k = KV_CACHE_TYPES[config.cache_type_k]
-        params.type_v = KV_CACHE_TYPES[config.cache_type_v]
-        params.flash_attn_type = FLASH_ATTN[self.flash_attn]
+        params.type_v = KV_CACHE_TYPES[attention.cache_type_v]
+        params.flash_attn_type = FLASH_ATTN[attention.flash_attn]
         return self._init_context(
             params, f"a context of {params.n_ctx} tokens with K cache {config.cache_type_k}, "
-                    f"V cache {config.cache_type_v}, flash attention {self.flash_attn}",
+                    f"V cache {attention.cache_type_v}, flash attention {attention.flash_attn}",
             "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn")
 
     def _new_embedding_context(self, config: EngineConfig) -> tuple[llama_cpp.llama_context_p, int]:
@@ -211,7 +213,11 @@ class LlamaModel:
         params.pooling_type = POOLING[self.pooling]
         params.n_threads = params.n_threads_batch = config.threads
         params.no_perf = True
-        params.flash_attn_type = FLASH_ATTN[self.flash_attn]
+        # The same attention as generation: with flash attention on, V cells in another type than K keep each
+        # input's vector independent of the inputs decoded beside it.
+        params.flash_attn_type = FLASH_ATTN[self.attention.flash_attn]
+        params.type_k = KV_CACHE_TYPES[config.cache_type_k]
+        params.type_v = KV_CACHE_TYPES[self.attention.cache_type_v]
         ctx = self._init_context(params, f"an embedding context of {size} tokens ({self.pooling} pooling)",
                                  "try a smaller --ubatch-size, or start without --embeddings")
         return ctx, size

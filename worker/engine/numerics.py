@@ -6,15 +6,19 @@ from two rows on, a one-row path below; K-quant weights another split of their o
 is in play (a build without GGML_LLAMAFILE, weights that have none, no flash attention), each
 output is one dot product whatever the batch, and the cells an answer made token by token equal
 a cold prefill's (bench/probes/kvrule.py, bench/probes/RESULTS.md): exact mode may reuse answers
-too. Which kernels a model and a backend take is not something flags and tensor types tell
-reliably, so the engine asks the numerics: at load it makes one prompt's cells both ways in slot
-0, in several shapes, and compares the logits that follow them, bitwise; only where the code
-leaves room for a yes (the CPU backend of a build without llamafile) is the answer measured.
+too; and so may it where flash attention is held to its per-row kernel (attention.py), which keeps
+the attention products out of llamafile's GEMM: every weight type measured then agrees on the
+default build too (bench/probes/RESULTS.md). Which kernels a model and a backend take is not something
+flags and tensor types tell reliably, so the engine asks the numerics: at load it makes one prompt's
+cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise;
+only where the code leaves room for a yes (the CPU backend with pinned flash attention, or without
+flash attention on a build without llamafile) is the answer measured.
 """
 
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 
 import llama_cpp
 
@@ -25,28 +29,46 @@ from worker.engine.model import LlamaModel
 # token at a time (as an answer's are), the rest as one chunk (as a next turn's prompt is). Several shapes, because
 # kernels that differ by shape can agree on one: llamafile's GEMM agreed with one-row decode on 1 of 10 shapes.
 PROBE_TOKENS = 64
-SHAPES = ((21, 16), (48, 8), (58, 4))
+SHAPES = ((21, 16), (48, 8), (58, 4), (32, 16), (16, 40), (60, 2), (48, 12))
+# Rows of another slot beside the probe's last row: one (a decode row) and a prefill chunk's worth, past the
+# 8 rows where ggml's tiled K-quant matmul takes over.
+BESIDE_ROWS = 16
 
 
-def decoded_cells_exact(model: LlamaModel) -> bool:
-    """True if prompts whose middle was decoded token by token end in the logits of a cold prefill.
+@dataclass(frozen=True)
+class Numerics:
+    """What the load-time check measured; None where it did not measure (see measure())."""
 
-    Measured only on the CPU backend of a build without llamafile, where each product is one dot product per
-    output whatever the batch; elsewhere False: llamafile's attention products differ by shape on every model,
-    and GPU kernels change with batch size in ways no probe of a few shapes covers. Runs on the engine thread
-    before any request, in slot 0, which it leaves empty.
+    decoded_cells_exact: bool | None  # an answer's cells, made token by token, bitwise what a prefill makes
+    batch_invariant: bool | None  # a row's logits the same whatever other sequences share its llama_decode
+
+    @property
+    def answers_reusable(self) -> bool:
+        return bool(self.decoded_cells_exact and self.batch_invariant)
+
+
+def measure(model: LlamaModel) -> Numerics:
+    """The two measurements exact mode rests on, where the code leaves room for a yes.
+
+    Measured on the CPU backend where attention follows the row alone: flash attention held to its per-row
+    kernel (attention.py), or no flash attention on a build without llamafile (whose GEMM takes the attention
+    products over F16 cells from two rows on, and differs by shape on every model). Elsewhere neither is measured:
+    GPU kernels change with batch size in ways no probe of a few shapes covers, and exact mode keeps its block
+    rule there. Runs on the engine thread before any request, in slots 0 and 1, which it leaves empty.
     """
     config = model.config
-    if config.backend != "cpu" or config.rpc_servers or b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info():
-        return False
+    if config.backend != "cpu" or config.rpc_servers:
+        return Numerics(None, None)
+    if not model.attention.pinned and b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info():
+        return Numerics(None, None)
     if model.n_ctx_seq < PROBE_TOKENS or min(config.batch_size, config.ubatch_size) < PROBE_TOKENS:
-        return False
-    return decode_matches_prefill(model)
+        return Numerics(None, None)
+    return Numerics(decode_matches_prefill(model), row_ignores_batch(model) if config.parallel > 1 else True)
 
 
 def decode_matches_prefill(model: LlamaModel) -> bool:
     """The measurement itself: prefill the probe, then make its tail again in each shape; the same logits?"""
-    tokens = [(101 + 7 * i) % model.n_vocab for i in range(PROBE_TOKENS)]
+    tokens = _probe_tokens(model)
     batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
     try:
         cold = _logits_after(model, batch, tokens, [(0, PROBE_TOKENS)])
@@ -61,14 +83,56 @@ def decode_matches_prefill(model: LlamaModel) -> bool:
         llama_cpp.llama_memory_seq_rm(model.memory, 0, -1, -1)
 
 
+def row_ignores_batch(model: LlamaModel) -> bool:
+    """Slot 0's next row decoded alone, then beside slot 1's rows in the same call (a decode row, then a prefill
+    chunk, as the engine's steps mix them): the same logits?"""
+    tokens = _probe_tokens(model)
+    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
+    last = PROBE_TOKENS - 1
+    row = (tokens[last], last, 0, True)
+    try:
+        _logits_after(model, batch, tokens[:last], [(0, last)])
+        alone = _decode_rows(model, batch, [row])
+        for beside in (1, BESIDE_ROWS):
+            llama_cpp.llama_memory_seq_rm(model.memory, 0, last, -1)
+            llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
+            if not alone or _decode_rows(model, batch, [row] + [(tokens[pos], pos, 1, False) for pos in range(beside)]) != alone:
+                return False
+        return True
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        for slot in (0, 1):
+            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+
+
+def _probe_tokens(model: LlamaModel) -> list[int]:
+    return [(101 + 7 * i) % model.n_vocab for i in range(PROBE_TOKENS)]
+
+
 def _logits_after(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[int],
                   chunks: list[tuple[int, int]]) -> bytes | None:
     """Decode each chunk of `tokens` in slot 0 as one llama_decode call; the logits of the prompt's last row."""
+    logits = None
     for start, end in chunks:
-        for row, pos in enumerate(range(start, end)):
-            batch.token[row], batch.pos[row], batch.n_seq_id[row] = tokens[pos], pos, 1
-            batch.seq_id[row][0], batch.logits[row] = 0, pos == len(tokens) - 1
-        batch.n_tokens = end - start
-        if llama_cpp.llama_decode(model.ctx, batch) != 0:
+        logits = _decode_rows(model, batch, [(tokens[pos], pos, 0, pos == len(tokens) - 1) for pos in range(start, end)])
+        if logits is False:
             return None
-    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, -1), model.n_vocab * ctypes.sizeof(ctypes.c_float))
+    return logits
+
+
+def _decode_rows(model: LlamaModel, batch: llama_cpp.llama_batch,
+                 rows: list[tuple[int, int, int, bool]]) -> bytes | None | bool:
+    """One llama_decode over (token, position, slot, wants logits) rows: the first wanted row's logits, None if
+    no row wants them, False if the call failed."""
+    wanted = None
+    for i, (token, pos, slot, want) in enumerate(rows):
+        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+        batch.seq_id[i][0], batch.logits[i] = slot, want
+        if want and wanted is None:
+            wanted = i
+    batch.n_tokens = len(rows)
+    if llama_cpp.llama_decode(model.ctx, batch) != 0:
+        return False
+    if wanted is None:
+        return None
+    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, wanted), model.n_vocab * ctypes.sizeof(ctypes.c_float))

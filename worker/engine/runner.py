@@ -17,7 +17,7 @@ from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
 from worker.engine.requests import Event, Finished, FinishReason, TokenEvent, TokenLogprob
 from worker.engine.sampler import Sampler
-from worker.engine.scheduler import Admission, Chunk, StepPlan
+from worker.engine.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.detokenizer import StreamingText
 from worker.engine.reasoning import ThinkingSplit
 from worker.engine.sequence import Sequence, SequenceState
@@ -28,9 +28,10 @@ Events = list[tuple[Sequence, Event]]
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int) -> None:
+    def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace) -> None:
         self.model = model
         self.cache = cache
+        self.pace = pace  # what the scheduler budgets prefill by
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         self.decode_s = 0.0  # cumulative time inside llama_decode
@@ -58,7 +59,9 @@ class ModelRunner:
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
             rows = [(seq.generated[-1], seq.n_past, seq) for seq in plan.decode]
+            started = self.decode_s
             if self._decode(rows, plan.decode, events):
+                self.pace.observe_decode(self.decode_s - started)
                 now = time.monotonic()
                 for row, seq in enumerate(plan.decode):
                     seq.n_past += 1
@@ -90,8 +93,10 @@ class ModelRunner:
         seq = chunk.sequence
         prompt = seq.prompt
         rows = [(prompt[pos], pos, seq) for pos in range(chunk.start, chunk.end)]
+        started = self.decode_s
         if not self._decode(rows, [seq] if chunk.completes_prompt else [], events):
             return
+        self.pace.observe_prefill(self.decode_s - started, len(rows))
         seq.n_past = chunk.end
         if chunk.completes_prompt:
             now, row = time.monotonic(), len(rows) - 1
