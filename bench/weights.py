@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""Per weight type: prefill and decode tok/s of each way exact mode can run, beside what llama-server runs, one run.
+
+The test model is quantized again to each type by llama.cpp's own quantizer (cached under --out), and
+bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 decoded tokens, 3 rounds) runs it
+in a fresh process per configuration, since ggml reads its settings once per process:
+  llama.cpp default   flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
+  exact (pinned)      the default build with exact mode's choices: flash attention on, V cells bf16, and
+                      kernels.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K unrepacked)
+  exact no-llamafile  --flash-attn off on the no-llamafile build (scripts/build-llama-cpp, built once), with
+                      the same ggml settings
+Each row also says whether the load-time check (worker/engine/numerics.py) lets exact mode reuse answers.
+Run: .venv/bin/python bench/weights.py [--types q4_0,q4_1,...] [--publish]   (README "Answers reused, per weight type")
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.run import REPO_DIR, find_model  # noqa: E402
+
+TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "q4_k_m", "q6_k")
+PROBE = REPO_DIR / "bench" / "probes" / "prefillspeed.py"
+ROUNDS = re.compile(r"prefill (\d+) decode (\d+)")
+
+
+def requantized(model: Path, qtype: str, folder: Path) -> Path:
+    if qtype == "q4_1":
+        return model  # the test model as shipped
+    out = folder / f"smollm2-{qtype}.gguf"
+    if not out.exists():
+        code = ("import llama_cpp as L, sys; p = L.llama_model_quantize_default_params(); "
+                f"p.ftype = L.LLAMA_FTYPE_MOSTLY_{qtype.upper()}; p.allow_requantize = True; "
+                "sys.exit(L.llama_model_quantize(sys.argv[1].encode(), sys.argv[2].encode(), p))")
+        subprocess.run([sys.executable, "-c", code, str(model), str(out)], check=True, capture_output=True)
+    return out
+
+
+def exact_settings(path: Path) -> dict[str, str]:
+    """The ggml environment and repacking exact mode chooses for this file (worker/engine/kernels.py)."""
+    from worker.engine.kernels import TILED_MM_ENV, choose_kernels
+
+    kernels = choose_kernels(path, row_invariant=True)
+    env = {} if kernels.tiled_mm else {TILED_MM_ENV: "0"}
+    return env | ({} if kernels.repack else {"REPACK": "0"})
+
+
+def answers_reused(path: Path, env: dict[str, str], flash_attn: str) -> bool:
+    """The load-time check, run as the worker runs it, in a fresh process with the same environment."""
+    code = ("import sys; from pathlib import Path; from worker.engine.model import EngineConfig, LlamaModel; "
+            "from worker.engine.numerics import measure; "
+            f"m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2, flash_attn='{flash_attn}')); "
+            "print(measure(m).answers_reusable)")
+    out = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, cwd=REPO_DIR,
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip().splitlines()[-1] == "True"
+
+
+def speeds(path: Path, env: dict[str, str]) -> tuple[int, int]:
+    """Best prefill and decode tok/s of prefillspeed.py's rounds."""
+    out = subprocess.run([sys.executable, str(PROBE), str(path)], env={**os.environ, **env}, capture_output=True,
+                         text=True, check=True).stdout
+    rounds = [(int(p), int(d)) for p, d in ROUNDS.findall(out)]
+    return max(p for p, _ in rounds), max(d for _, d in rounds)
+
+
+def no_llamafile_libs() -> Path:
+    out = subprocess.run([str(REPO_DIR / "scripts" / "build-llama-cpp"), "cpu-native,no-llamafile", "llama"],
+                         check=True, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="the GGUF to quantize from (default: the test model)")
+    p.add_argument("--types", default=",".join(TYPES))
+    p.add_argument("--out", type=Path, default=REPO_DIR / "bench" / "results")
+    p.add_argument("--publish", action="store_true", help="write bench/WEIGHTS.md")
+    args = p.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    model, libs = find_model(args.model), no_llamafile_libs()
+    rows = ["| weights | llama.cpp default prefill / decode | exact (pinned) prefill / decode | answers reused | "
+            "exact no-llamafile prefill / decode | answers reused |", "|---|---|---|---|---|---|"]
+    for qtype in args.types.split(","):
+        path = requantized(model, qtype, args.out)
+        exact = exact_settings(path)
+        unfused = {**exact, "ATTN": "off", "LLAMA_CPP_LIB_PATH": str(libs)}
+        base, pinned, nolf = speeds(path, {"ATTN": "fast"}), speeds(path, {**exact, "ATTN": "pinned"}), speeds(path, unfused)
+        reused_pinned = answers_reused(path, {}, "auto")  # the worker applies kernels.py itself
+        reused_nolf = answers_reused(path, {"LLAMA_CPP_LIB_PATH": str(libs)}, "off")
+
+        def cell(pair: tuple[int, int]) -> str:
+            return f"{pair[0]} / {pair[1]} ({pair[0] / base[0]:.2f}x / {pair[1] / base[1]:.2f}x)"
+
+        rows.append(f"| {qtype} | {base[0]} / {base[1]} | {cell(pinned)} | {'yes' if reused_pinned else 'no'} | "
+                    f"{cell(nolf)} | {'yes' if reused_nolf else 'no'} |")
+        print(rows[-1], flush=True)
+    text = ("# Exact mode per weight type\n\nThe test model quantized again per type; tok/s on this machine's 2 "
+            "cores, 1,536-token prompt, 64 decoded tokens, best of 3 rounds (`bench/probes/prefillspeed.py`); ratios "
+            "to llama.cpp's default (what llama-server runs).\n\n" + "\n".join(rows) + "\n")
+    (args.out / "weights.md").write_text(text)
+    if args.publish:
+        (REPO_DIR / "bench" / "WEIGHTS.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
