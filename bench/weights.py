@@ -5,7 +5,7 @@ The test model is quantized again to each type by llama.cpp's own quantizer (cac
 bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 decoded tokens, 3 rounds) runs it
 in a fresh process per configuration, since ggml reads its settings once per process:
   llama.cpp default   flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
-  exact (pinned)      the default build with exact mode's choices: flash attention on, V cells bf16, and
+  exact (pinned)      the default build with exact mode's choices: flash attention on, K cells q8_0, V f16, and
                       kernels.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K unrepacked)
   exact no-llamafile  --flash-attn off on the no-llamafile build (scripts/build-llama-cpp, built once), with
                       the same ggml settings

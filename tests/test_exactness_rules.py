@@ -12,29 +12,30 @@ from worker.engine.prefix_cache import CacheMode
 from worker.errors import WorkerError
 
 EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST
-PINNED = Attention("on", "bf16", pinned=True)
-UNFUSED = Attention("off", "f16", pinned=False)
+PINNED = Attention("on", "q8_0", "f16", pinned=True)
+UNFUSED = Attention("off", "f16", "f16", pinned=False)
 
 
 @pytest.mark.parametrize(("backend", "rpc", "mode", "flash", "k", "v", "expected"), [
-    ("cpu", False, EXACT, "auto", "f16", None, PINNED),
-    ("cpu", False, OFF, "auto", "f16", None, PINNED),  # off computes as exact does: their texts are compared
-    ("cpu", False, EXACT, "on", "f16", None, PINNED),
-    ("cpu", False, EXACT, "auto", "q8_0", None, Attention("on", "f16", pinned=True)),
-    ("cpu", False, EXACT, "auto", "q8_0", "q8_0", Attention("on", "q8_0", pinned=True)),  # quantized K: no tiling
+    ("cpu", False, EXACT, "auto", None, None, PINNED),
+    ("cpu", False, OFF, "auto", None, None, PINNED),  # off computes as exact does: their texts are compared
+    ("cpu", False, EXACT, "on", None, None, PINNED),
+    ("cpu", False, EXACT, "auto", "f16", None, Attention("on", "f16", "bf16", pinned=True)),
+    ("cpu", False, EXACT, "auto", "q8_0", "q8_0", Attention("on", "q8_0", "q8_0", pinned=True)),  # K not F16: no tiling
     ("cpu", False, EXACT, "auto", "f16", "f16", UNFUSED),  # one F16 type would let llama.cpp pick by shape
-    ("cpu", False, EXACT, "off", "f16", None, UNFUSED),
-    ("cpu", True, EXACT, "auto", "f16", None, UNFUSED),
-    ("cuda", False, EXACT, "auto", "f16", None, UNFUSED),
-    ("cpu", False, FAST, "auto", "f16", None, Attention("auto", "f16", pinned=False)),
-    ("cuda", False, FAST, "on", "f16", "q8_0", Attention("on", "q8_0", pinned=False)),
+    ("cpu", False, EXACT, "off", None, None, UNFUSED),
+    ("cpu", False, EXACT, "off", "q8_0", None, Attention("off", "q8_0", "f16", pinned=False)),
+    ("cpu", True, EXACT, "auto", None, None, UNFUSED),
+    ("cuda", False, EXACT, "auto", None, None, UNFUSED),
+    ("cpu", False, FAST, "auto", None, None, Attention("auto", "f16", "f16", pinned=False)),
+    ("cuda", False, FAST, "on", "q8_0", "q8_0", Attention("on", "q8_0", "q8_0", pinned=False)),
 ])
 def test_attention_plan(backend, rpc, mode, flash, k, v, expected):
     assert plan_attention(backend, rpc, mode, flash, k, v) == expected
 
 
 @pytest.mark.parametrize(("backend", "rpc", "flash", "v", "named"), [
-    ("cpu", False, "on", "f16", "--cache-type-v other than f16"),
+    ("cpu", False, "on", "f16", "--cache-type-v other than f16"),  # with --cache-type-k f16, below
     ("cuda", False, "on", None, "needs the cpu backend"),
     ("cpu", True, "on", None, "without --rpc"),
     ("cpu", False, "off", "q8_0", "--cache-type-v q8_0 needs flash attention"),
@@ -42,11 +43,12 @@ def test_attention_plan(backend, rpc, mode, flash, k, v, expected):
 ])
 def test_attention_flags_that_break_exactness_say_what_to_change(backend, rpc, flash, v, named):
     with pytest.raises(WorkerError, match=named):
-        plan_attention(backend, rpc, EXACT, flash, "f16", v)
+        plan_attention(backend, rpc, EXACT, flash, "f16" if v == "f16" else None, v)
 
 
 def test_serve_refuses_them_in_one_line_before_loading(tmp_path):
-    result = run_cli("serve", "--model", str(tmp_path / "none.gguf"), "--flash-attn", "on", "--cache-type-v", "f16")
+    result = run_cli("serve", "--model", str(tmp_path / "none.gguf"), "--flash-attn", "on", "--cache-type-k", "f16",
+                     "--cache-type-v", "f16")
     assert "--cache-type-v other than f16" in one_line_failure(result)
 
 
@@ -67,3 +69,11 @@ def test_weight_types_of_a_file_that_is_not_gguf(tmp_path):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"GGUF" + b"\0" * 64)
     assert not weight_types(bogus)
+
+
+def test_heads_too_narrow_for_q8_0_blocks_keep_k_in_f16_and_v_in_bf16():
+    """q8_0 packs 32 values a block; a model with 16-wide heads cannot store K that way, so exact mode takes the
+    other pinned pair (and a K type the user named is left to llama.cpp to accept or refuse)."""
+    assert plan_attention("cpu", False, EXACT, "auto", None, None, head_size=16) == Attention("on", "f16", "bf16", True)
+    assert plan_attention("cpu", False, EXACT, "auto", None, None, head_size=64) == PINNED
+    assert plan_attention("cpu", False, EXACT, "auto", "q8_0", None, head_size=16).cache_type_k == "q8_0"

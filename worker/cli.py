@@ -102,16 +102,17 @@ def cli() -> None:
          help="Reuse KV cells a new prompt shares with a finished request's. exact: only cells that are bitwise "
               "what a fresh prefill makes, so greedy text never changes; fast: every matching cell, as "
               "llama-server does (text may change); off: prefill every prompt whole.")
-@_option("--cache-type-k", env="CACHE_TYPE_K", type=click.Choice(["f16", "q8_0", "q4_0"]), default="f16",
-         show_default=True, help="KV cache type for K.")
+@_option("--cache-type-k", env="CACHE_TYPE_K", type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]), default=None,
+         help="KV cache type for K.  [default: q8_0 in exact and off modes on the cpu backend (a K type other than "
+              "f16 holds flash attention to one kernel for every row, so text never follows the load; half the "
+              "bytes of f16, and decoding as fast as llama.cpp's own kernels), else f16]")
 @_option("--cache-type-v", env="CACHE_TYPE_V", type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]), default=None,
-         help="KV cache type for V (anything but f16 needs flash attention).  [default: bf16 in exact and off modes "
-              "on the cpu backend (the size of f16; a V type other than K's holds flash attention to one kernel for "
-              "every row, so text never follows the load), else f16]")
+         help="KV cache type for V (anything but f16 needs flash attention).  [default: f16; bf16 in exact and off "
+              "modes on the cpu backend when --cache-type-k is f16, so that flash attention keeps one kernel]")
 @_option("--flash-attn", "-fa", env="FLASH_ATTN", type=click.Choice(["auto", "on", "off"]), default="auto",
          show_default=True,
          help="llama.cpp's flash attention.  auto: in exact and off modes on for the cpu backend, held to its "
-              "per-row kernel (see --cache-type-v), and off elsewhere; in fast mode llama.cpp decides.")
+              "per-row kernel (see --cache-type-k), and off elsewhere; in fast mode llama.cpp decides.")
 @_option("--reasoning-format", env="REASONING_FORMAT", type=click.Choice(["deepseek", "none"]), default="deepseek",
          show_default=True,
          help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "

@@ -1,10 +1,10 @@
 """Probe: prefill and decode tok/s of one sequence, to compare llama.cpp builds (e.g. with and without llamafile).
 
 Prefills 1,536 tokens in 256-token chunks into a 4-slot, 8,192-token context, then decodes 64 tokens one at a
-time; three rounds. ATTN picks the attention: pinned (flash attention on, V cells bf16: every row through its
-per-row kernel, as exact mode runs on the cpu backend; the default), fast (flash attention on, f16 cells: the
+time; three rounds. ATTN picks the attention: pinned (flash attention on, K cells q8_0, V f16: every row through
+its per-row kernel, as exact mode runs on the cpu backend; the default), fast (flash attention on, f16 cells: the
 kernels llama.cpp picks by shape, as fast mode runs), off (no flash attention, f16 cells). REPACK=0 loads the
-weights unrepacked; GGML_CPU_TILED_MM=0 or GGML_CPU_TILED_MM_FORCE=1 hold K-quant products to one kernel.
+weights unrepacked; ATTN=fa:K:V names any cell types (fa:f32:f16, nofa:f16:f16); GGML_CPU_TILED_MM=0 or GGML_CPU_TILED_MM_FORCE=1 hold K-quant products to one kernel.
 Point llama-cpp-python at another build's libraries with LLAMA_CPP_LIB_PATH, and alternate the runs (this
 machine's speed drifts):
   python bench/probes/prefillspeed.py MODEL.gguf [more.gguf ...]
@@ -22,8 +22,14 @@ import llama_cpp as L
 PROMPT, CHUNK, DECODE, ROUNDS = 1536, 256, 64, 3
 F16, FA_ON, FA_OFF = L.GGML_TYPE_F16, L.LLAMA_FLASH_ATTN_TYPE_ENABLED, L.LLAMA_FLASH_ATTN_TYPE_DISABLED
 # name: (flash attention, K type, V type); ggml numbers BF16 30, which the binding does not name
-ATTN = {"pinned": (FA_ON, F16, 30), "pinned-f32": (FA_ON, F16, L.GGML_TYPE_F32),
-        "pinned-q8": (FA_ON, L.GGML_TYPE_Q8_0, L.GGML_TYPE_Q8_0), "fast": (FA_ON, F16, F16), "off": (FA_OFF, F16, F16)}
+ATTN = {"pinned": (FA_ON, L.GGML_TYPE_Q8_0, F16), "fast": (FA_ON, F16, F16), "off": (FA_OFF, F16, F16)}
+
+
+def _cells(name: str) -> tuple[int, int, int]:
+    """ATTN=fa:K:V (flash attention on) or nofa:K:V with ggml type names, e.g. fa:f32:f16."""
+    flash, k, v = name.split(":")
+    types = {"f32": L.GGML_TYPE_F32, "f16": F16, "bf16": 30, "q8_0": L.GGML_TYPE_Q8_0}
+    return (FA_ON if flash == "fa" else FA_OFF), types[k], types[v]
 
 
 @L.llama_log_callback
@@ -41,7 +47,7 @@ def main(path: str) -> None:
     params.n_ctx, params.n_batch, params.n_ubatch, params.n_seq_max = 8192, CHUNK, CHUNK, 4
     params.kv_unified, params.n_threads, params.n_threads_batch = False, 2, 2
     attn = os.environ.get("ATTN", "pinned")
-    params.flash_attn_type, params.type_k, params.type_v = ATTN[attn]
+    params.flash_attn_type, params.type_k, params.type_v = ATTN.get(attn) or _cells(attn)
     ctx = L.llama_init_from_model(model, params)
     batch = L.llama_batch_init(CHUNK, 0, 1)
 

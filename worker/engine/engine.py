@@ -50,6 +50,7 @@ class Exactness:
 
     prefix_cache: str  # exact | fast | off
     flash_attn: str  # on | off | auto (llama.cpp's choice, fast mode)
+    cache_type_k: str
     cache_type_v: str
     attention_pinned: bool  # flash attention held to its per-row kernel (attention.py)
     tiled_mm: bool  # ggml's tiled K-quant matmul allowed (kernels.py)
@@ -104,7 +105,7 @@ class Engine:
             progress("warmup", 1, 1)
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
-                 chat_template="models.toml" if chat_template else "gguf", cache_type_k=config.cache_type_k,
+                 chat_template="models.toml" if chat_template else "gguf",
                  **engine.exactness.as_dict(),
                  embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch)
         if engine.numerics.batch_invariant is False:
@@ -136,7 +137,8 @@ class Engine:
         attention = self.model.attention
         # The prefix cache reuses answers' cells: fast mode, or exact where the numerics allow (numerics.py).
         kernels = self.model.kernels
-        return Exactness(self.model.config.prefix_cache.value, attention.flash_attn, attention.cache_type_v,
+        return Exactness(self.model.config.prefix_cache.value, attention.flash_attn, attention.cache_type_k,
+                         attention.cache_type_v,
                          attention.pinned, kernels.tiled_mm, kernels.repack, self.numerics.decoded_cells_exact,
                          self.numerics.batch_invariant, self._steps.cache.every_cell)
 

@@ -52,17 +52,17 @@ class EngineConfig:
     threads: int = default_threads()
     max_queue: int = 64
     prefix_cache: CacheMode = CacheMode.EXACT
-    cache_type_k: str = "f16"  # KV cell types: one of KV_CACHE_TYPES
-    cache_type_v: str | None = None  # None: the mode's choice (attention.py)
+    cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's choice (attention.py)
+    cache_type_v: str | None = None
     flash_attn: str = "auto"  # one of FLASH_ATTN
     reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
     embeddings: bool = False  # a second context for /v1/embeddings (engine/embeddings.py)
     pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
 
-    def attention(self) -> Attention:
-        """Flash attention and the V cells' type for this mode and backend (WorkerError for flags that clash)."""
+    def attention(self, head_size: int | None = None) -> Attention:
+        """Flash attention and the KV cells' types for this mode and backend (WorkerError for flags that clash)."""
         return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
-                              self.cache_type_k, self.cache_type_v)
+                              self.cache_type_k, self.cache_type_v, head_size)
 
 
 # ggml.h numbers BF16 30; the binding names no constant for it.
@@ -123,7 +123,6 @@ class LlamaModel:
         device = require_backend(config.backend, config.device)
         self.path = path
         self.config = config
-        self.attention = config.attention()
         # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend (kernels.py).
         row_invariant = config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
         self.kernels = kernels.choose_kernels(path, row_invariant)
@@ -135,6 +134,7 @@ class LlamaModel:
         with llama_log.listening(buffers):
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
+            self.attention = config.attention(self._head_size_k())
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
             self.embed_ctx, self.embed_n_batch = self._new_embedding_context(config) if self.pooling else (None, 0)
@@ -192,11 +192,11 @@ class LlamaModel:
         params.kv_unified = False
         params.no_perf = True
         attention = self.attention
-        params.type_k = KV_CACHE_TYPES[config.cache_type_k]
+        params.type_k = KV_CACHE_TYPES[attention.cache_type_k]
         params.type_v = KV_CACHE_TYPES[attention.cache_type_v]
         params.flash_attn_type = FLASH_ATTN[attention.flash_attn]
         return self._init_context(
-            params, f"a context of {params.n_ctx} tokens with K cache {config.cache_type_k}, "
+            params, f"a context of {params.n_ctx} tokens with K cache {attention.cache_type_k}, "
                     f"V cache {attention.cache_type_v}, flash attention {attention.flash_attn}",
             "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn")
 
@@ -213,10 +213,10 @@ class LlamaModel:
         params.pooling_type = POOLING[self.pooling]
         params.n_threads = params.n_threads_batch = config.threads
         params.no_perf = True
-        # The same attention as generation: with flash attention on, V cells in another type than K keep each
-        # input's vector independent of the inputs decoded beside it.
+        # The same attention as generation: with flash attention held to its per-row kernel, each input's vector
+        # is independent of the inputs decoded beside it.
         params.flash_attn_type = FLASH_ATTN[self.attention.flash_attn]
-        params.type_k = KV_CACHE_TYPES[config.cache_type_k]
+        params.type_k = KV_CACHE_TYPES[self.attention.cache_type_k]
         params.type_v = KV_CACHE_TYPES[self.attention.cache_type_v]
         ctx = self._init_context(params, f"an embedding context of {size} tokens ({self.pooling} pooling)",
                                  "try a smaller --ubatch-size, or start without --embeddings")
@@ -229,6 +229,14 @@ class LlamaModel:
             reason = llama_log.last_error("llama.cpp could not create a context")
             raise WorkerError(f"cannot create {what}: {reason}; {fix}")
         return ctx
+
+    def _head_size_k(self) -> int:
+        """The width of one attention head's K: the GGUF's `<arch>.attention.key_length`, else n_embd / n_head."""
+        arch = self._meta("general.architecture")
+        key_length = self._meta(f"{arch}.attention.key_length") if arch else None
+        if key_length and key_length.isdigit():
+            return int(key_length)
+        return llama_cpp.llama_model_n_embd(self.model) // max(1, llama_cpp.llama_model_n_head(self.model))
 
     def _gguf_pooling(self) -> str | None:
         """The pooling the GGUF names (`<arch>.pooling_type`: embedding models have one, generative ones don't)."""
