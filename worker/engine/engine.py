@@ -134,13 +134,12 @@ class Engine:
 
     @property
     def exactness(self) -> Exactness:
-        attention = self.model.attention
-        # The prefix cache reuses answers' cells: fast mode, or exact where the numerics allow (numerics.py).
-        kernels = self.model.kernels
+        attention, kernels, numerics = self.model.attention, self.model.kernels, self.numerics
         return Exactness(self.model.config.prefix_cache.value, attention.flash_attn, attention.cache_type_k,
-                         attention.cache_type_v,
-                         attention.pinned, kernels.tiled_mm, kernels.repack, self.numerics.decoded_cells_exact,
-                         self.numerics.batch_invariant, self._steps.cache.every_cell)
+                         attention.cache_type_v, attention.pinned, kernels.tiled_mm, kernels.repack,
+                         numerics.decoded_cells_exact, numerics.batch_invariant,
+                         # answers' cells reused: fast mode, or exact where the numerics allow (numerics.py)
+                         self._steps.cache.every_cell)
 
     @property
     def n_ctx_seq(self) -> int:
