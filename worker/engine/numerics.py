@@ -29,7 +29,9 @@ from worker.engine.model import LlamaModel
 # token at a time (as an answer's are), the rest as one chunk (as a next turn's prompt is). Several shapes, because
 # kernels that differ by shape can agree on one: llamafile's GEMM agreed with one-row decode on 1 of 10 shapes.
 PROBE_TOKENS = 64
-SHAPES = ((21, 16), (48, 8), (58, 4), (32, 16), (16, 40), (60, 2), (48, 12))
+# Four shapes, 30 one-token decodes: a check with 98 made a worker's start take minutes when two workers started
+# at once on 2 cores (ggml's threads spin against each other).
+SHAPES = ((21, 16), (48, 8), (58, 4), (60, 2))
 # Rows of another slot beside the probe's last row: one (a decode row) and a prefill chunk's worth, past the
 # 8 rows where ggml's tiled K-quant matmul takes over.
 BESIDE_ROWS = 16
