@@ -5,7 +5,7 @@ Agents and batch jobs fire several requests at once with the same long instructi
 CLIENTS streamed chat requests together, all with the same ~600-token system prompt that no earlier round
 used and a question of their own; it reports the round's wall time (all answers done) and the mean time to
 first token, averaged over the rounds. Run: .venv/bin/python bench/burst.py [--rounds N] [--clients N]
-(README "Prefix cache")
+(docs/cache-and-exactness.md, "Prefix cache")
 """
 
 from __future__ import annotations

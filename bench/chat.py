@@ -9,7 +9,7 @@ shared-system: one client, N requests one after another, each a long shared syst
 
 Every server loads the same GGUF with the same slots, context and threads, runs alone on the machine, and
 gets the same work (a fixed amount, not a time window). EOS is banned by logit_bias so every answer has
-exactly A tokens. Run: .venv/bin/python bench/chat.py [--publish]   (README "Benchmark: chat")
+exactly A tokens. Run: .venv/bin/python bench/chat.py [--publish]   (docs/cache-and-exactness.md, "What exactness costs")
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ QUESTIONS = [
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
 # llm-worker on a llama.cpp built without llamafile's GEMM, without flash attention: exact mode's load-time check
-# lets it reuse answers there too (README "Prefix cache"): scripts/build-llama-cpp builds it the first time
+# lets it reuse answers there too (docs/cache-and-exactness.md, "Prefix cache"): scripts/build-llama-cpp builds it the first time
 # (~5 minutes), cached after. Its row is llm-worker's own libraries swapped by LLAMA_CPP_LIB_PATH, as
 # `build-backend cpu-native no-llamafile` makes.
 NO_LLAMAFILE = "llm-worker exact no-llamafile"

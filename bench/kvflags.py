@@ -6,7 +6,7 @@ Each configuration runs its own server alone, serves one greedy 256-token comple
 prompt (EOS banned), and reports the worker's RSS once idle (before the request) and at its peak, each less the
 model file and the KV cache it allocated, and decode tok/s. Run: .venv/bin/python bench/kvflags.py
 [--llama-server PATH]
-(README "KV cache types and flash attention")
+(docs/cache-and-exactness.md, "KV cache types and flash attention")
 """
 
 from __future__ import annotations
