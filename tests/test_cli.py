@@ -1,5 +1,6 @@
-"""The command line: version, help, env vars, and one clear line for every startup failure."""
+"""The command line: version, help (a line a command, serve's options in sections), env vars, startup failures."""
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,6 +28,37 @@ def test_serve_help_names_every_flag_and_its_env_var():
                  "--worker-id", "--model-ref", "--callback-url", "--log-format", "--log-level", "--parallel"):
         assert flag in out
     assert "LLM_WORKER_MODEL" in out and "LLM_WORKER_CTX_SIZE" in out
+
+
+def test_help_lists_each_command_on_one_line():
+    from worker.cli import cli
+
+    out = run_cli("--help").stdout
+    rows = out.split("Commands:\n")[1].splitlines()
+    assert [row.split()[0] for row in rows] == list(cli.commands)  # one row each, in the order a user meets them
+    assert not [row for row in rows if row.endswith("...")]  # none cut short
+
+
+def test_serve_help_groups_its_options_in_the_order_a_user_needs_them():
+    from worker.cli import SERVE_SECTIONS, serve
+
+    out = run_cli("serve", "--help").stdout
+    titles = [line[:-1] for line in out.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert titles == [*SERVE_SECTIONS, "Other options"], titles
+    other = out.split("Other options:\n")[1]
+    assert other.split() == ["-h,", "--help", "Show", "this", "message", "and", "exit."]  # every flag has a section
+    sections = {param.name: param.section for param in serve.params if param.name != "help"}
+    assert set(sections.values()) == set(SERVE_SECTIONS)
+    assert sections["model"] == "Model" and sections["backend"] == "Backend" and sections["worker_id"] == "Pool manager"
+
+
+def test_the_configuration_page_documents_every_serve_flag_in_the_same_sections():
+    from worker.cli import SERVE_SECTIONS, serve
+
+    page = (REPO / "docs" / "configuration.md").read_text()
+    assert re.findall(r"^### (.+)$", page, re.MULTILINE) == list(SERVE_SECTIONS)
+    undocumented = [param.opts[0] for param in serve.params if param.name != "help" and f"`{param.opts[0]}" not in page]
+    assert not undocumented, f"docs/configuration.md lacks {undocumented}"
 
 
 @pytest.mark.parametrize("args,ubatch", [((), 256), (("--backend", "cuda"), 512), (("-ub", "128"), 128)])

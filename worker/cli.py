@@ -9,25 +9,35 @@ from pathlib import Path
 import click
 
 from worker import __version__
+from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
 
+# serve --help's sections, in the order a user needs them: what to serve, on what, how much at once, how to
+# answer, where to listen, who manages the worker, what it says. docs/configuration.md groups its tables alike.
+MODEL, BACKEND, CACHE, GENERATION, SERVER, POOL_MANAGER, LOGGING = SERVE_SECTIONS = (
+    "Model", "Backend", "Slots, KV cache and prefix cache", "Generation", "Server", "Pool manager", "Logging")
 
-def _option(*names: str, env: str, **kwargs):
-    """Every flag also reads LLM_WORKER_<NAME>, shown in --help."""
-    return click.option(*names, envvar=f"LLM_WORKER_{env}", show_envvar=True, **kwargs)
+
+def _option(*names: str, env: str, section: str | None = None, **kwargs):
+    """Every flag also reads LLM_WORKER_<NAME>, shown in --help, under `section` where the command has sections."""
+    return click.option(*names, cls=SectionOption, section=section, envvar=f"LLM_WORKER_{env}", show_envvar=True,
+                        **kwargs)
 
 
 # Options shared by the commands that name models.
-_models_file = _option("--models-file", env="MODELS_FILE", type=click.Path(dir_okay=False, path_type=Path),
-                       default=None, help="Your own models.toml; it extends (and overrides by name) the shipped one.")
-_quant = _option("--quant", env="QUANT", default=None,
+_models_file = _option("--models-file", env="MODELS_FILE", section=MODEL,
+                       type=click.Path(dir_okay=False, path_type=Path), default=None,
+                       help="Your own models.toml; it extends (and overrides by name) the shipped one.")
+_quant = _option("--quant", env="QUANT", section=MODEL, default=None,
                  help="For hf:owner/repo: the GGUF whose name has this quant (Q4_K_M, Q8_0, ...).")
-_log_format = _option("--log-format", env="LOG_FORMAT", type=click.Choice(["console", "json"]), default=None,
+_log_format = _option("--log-format", env="LOG_FORMAT", section=LOGGING, type=click.Choice(["console", "json"]),
+                      default=None,
                       help="Log lines for people or for machines.  [default: console on a terminal, else json]")
-_log_level = _option("--log-level", env="LOG_LEVEL", type=click.Choice(["debug", "info", "warning", "error"]),
+_log_level = _option("--log-level", env="LOG_LEVEL", section=LOGGING,
+                     type=click.Choice(["debug", "info", "warning", "error"]),
                      default="info", show_default=True, help="Least severe log level shown.")
 
 
@@ -50,95 +60,110 @@ def _registry(models_file: Path | None):
 
 
 def _convert_type_option(*names: str):
-    return _option(*names, env="CONVERT_TYPE", type=click.Choice(list(OUTPUT_TYPES)), default="f16",
+    return _option(*names, env="CONVERT_TYPE", section=MODEL, type=click.Choice(list(OUTPUT_TYPES)), default="f16",
                    show_default=True, help="GGUF type a Hugging Face folder converts to (1-D tensors stay f32).")
 
 
 def _quantize_option(*names: str):
-    return _option(*names, env="QUANTIZE", type=click.Choice(list(QUANT_TYPES)), default=None,
+    return _option(*names, env="QUANTIZE", section=MODEL, type=click.Choice(list(QUANT_TYPES)), default=None,
                    help="Then quantize the converted file with llama.cpp's quantizer.  [default: no]")
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(cls=OrderedGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="llm-worker")
 def cli() -> None:
-    """Serve one GGUF model through llama.cpp: OpenAI-compatible and pool-manager APIs."""
+    """Serve one GGUF model through llama.cpp: OpenAI- and Anthropic-compatible routes and
+    the llama-orch pool-manager contract.
+
+    Start with `llm-worker serve` (the default model on 127.0.0.1:8080); `llm-worker
+    COMMAND --help` explains each command. README.md and docs/ in the source repository
+    have the rest.
+    """
 
 
-@cli.command()
-@_option("--model", "-m", env="MODEL", default=None,
+@cli.command(cls=SectionedCommand, sections=SERVE_SECTIONS,
+             short_help="Serve a model over HTTP until SIGINT/SIGTERM.")
+@_option("--model", "-m", env="MODEL", section=MODEL, default=None,
          help="A .gguf file, a Hugging Face folder (config.json + *.safetensors, converted and cached), "
               "a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  [default: the registry's default model]")
 @_quant
 @_models_file
 @_convert_type_option("--convert-type")
 @_quantize_option("--quantize")
-@_option("--model-ref", env="MODEL_REF", default=None,
+@_option("--model-ref", env="MODEL_REF", section=POOL_MANAGER, default=None,
          help="The pool manager's name for the model, echoed in callbacks.  [default: the served model id]")
-@_option("--backend", env="BACKEND", default="cpu", show_default=True,
+@_option("--backend", env="BACKEND", section=BACKEND, default="cpu", show_default=True,
          help="llama.cpp backend: cpu, cuda, metal, vulkan... (must be in the installed build).")
-@_option("--device", env="DEVICE", type=click.IntRange(min=0), default=0, show_default=True,
+@_option("--device", env="DEVICE", section=BACKEND, type=click.IntRange(min=0), default=0, show_default=True,
          help="GPU ordinal within the backend.")
-@_option("--n-gpu-layers", "-ngl", env="N_GPU_LAYERS", type=click.IntRange(min=-1), default=None,
+@_option("--n-gpu-layers", "-ngl", env="N_GPU_LAYERS", section=BACKEND, type=click.IntRange(min=-1), default=None,
          help="Layers to offload (-1: all).  [default: all on a GPU backend or with --rpc, else 0]")
-@_option("--rpc", "rpc_servers", env="RPC", default=None, callback=_endpoints, metavar="HOST:PORT[,HOST:PORT]",
+@_option("--rpc", "rpc_servers", env="RPC", section=BACKEND, default=None, callback=_endpoints,
+         metavar="HOST:PORT[,HOST:PORT]",
          help="ggml-rpc-server processes that take layers too (llama.cpp's distributed backend; "
               "needs a build with the rpc preset).")
-@_option("--host", env="HOST", default="127.0.0.1", show_default=True, help="Listen address.")
-@_option("--port", "-p", env="PORT", type=click.IntRange(0, 65535), default=8080, show_default=True,
+@_option("--host", env="HOST", section=SERVER, default="127.0.0.1", show_default=True, help="Listen address.")
+@_option("--port", "-p", env="PORT", section=SERVER, type=click.IntRange(0, 65535), default=8080, show_default=True,
          help="Listen port (0: pick a free one, reported in the log and the callback).")
-@_option("--ctx-size", "-c", env="CTX_SIZE", type=click.IntRange(min=0), default=None,
+@_option("--ctx-size", "-c", env="CTX_SIZE", section=CACHE, type=click.IntRange(min=0), default=None,
          help="KV-cache tokens for all slots together (0: the model's training context). "
               "Each request gets ctx-size / parallel.  [default: the models.toml entry's ctx_size, else 0]")
-@_option("--parallel", "-np", env="PARALLEL", type=click.IntRange(min=1, max=256), default=4, show_default=True,
-         help="Sequence slots decoded together (continuous batching).")
-@_option("--batch-size", "-b", env="BATCH_SIZE", type=click.IntRange(min=64), default=512, show_default=True,
-         help="Most prompt tokens prefilled in one engine step (cut at multiples of 16 positions).")
-@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", type=click.IntRange(min=64), default=None,
+@_option("--parallel", "-np", env="PARALLEL", section=CACHE, type=click.IntRange(min=1, max=256), default=4,
+         show_default=True, help="Sequence slots decoded together (continuous batching).")
+@_option("--batch-size", "-b", env="BATCH_SIZE", section=CACHE, type=click.IntRange(min=64), default=512,
+         show_default=True, help="Most prompt tokens prefilled in one engine step (cut at multiples of 16 positions).")
+@_option("--ubatch-size", "-ub", env="UBATCH_SIZE", section=CACHE, type=click.IntRange(min=64), default=None,
          help="Physical micro-batch size; a prefill chunk never exceeds it.  [default: 256 on the cpu backend "
               "(its compute buffer, in RAM, grows with it), else 512]")
-@_option("--prefix-cache", env="PREFIX_CACHE", type=click.Choice(["exact", "fast", "off"]), default="exact",
-         show_default=True,
+@_option("--prefix-cache", env="PREFIX_CACHE", section=CACHE, type=click.Choice(["exact", "fast", "off"]),
+         default="exact", show_default=True,
          help="Reuse KV cells a new prompt shares with a finished request's. exact: only cells that are bitwise "
               "what a fresh prefill makes, so greedy text never changes; fast: every matching cell, as "
               "llama-server does (text may change); off: prefill every prompt whole.")
-@_option("--cache-type-k", env="CACHE_TYPE_K", type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]), default=None,
+@_option("--cache-type-k", env="CACHE_TYPE_K", section=CACHE, type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]),
+         default=None,
          help="KV cache type for K.  [default: q8_0 in exact and off modes on the cpu backend (a K type other than "
               "f16 holds flash attention to one kernel for every row, so text never follows the load; half the "
               "bytes of f16, and decoding as fast as llama.cpp's own kernels), else f16]")
-@_option("--cache-type-v", env="CACHE_TYPE_V", type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]), default=None,
+@_option("--cache-type-v", env="CACHE_TYPE_V", section=CACHE, type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]),
+         default=None,
          help="KV cache type for V (anything but f16 needs flash attention).  [default: f16; bf16 in exact and off "
               "modes on the cpu backend when --cache-type-k is f16, so that flash attention keeps one kernel]")
-@_option("--flash-attn", "-fa", env="FLASH_ATTN", type=click.Choice(["auto", "on", "off"]), default="auto",
-         show_default=True,
+@_option("--flash-attn", "-fa", env="FLASH_ATTN", section=CACHE, type=click.Choice(["auto", "on", "off"]),
+         default="auto", show_default=True,
          help="llama.cpp's flash attention.  auto: in exact and off modes on for the cpu backend, held to its "
               "per-row kernel (see --cache-type-k), and off elsewhere; in fast mode llama.cpp decides.")
-@_option("--reasoning-format", env="REASONING_FORMAT", type=click.Choice(["deepseek", "none"]), default="deepseek",
-         show_default=True,
+@_option("--reasoning-format", env="REASONING_FORMAT", section=GENERATION, type=click.Choice(["deepseek", "none"]),
+         default="deepseek", show_default=True,
          help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "
               "apart, as reasoning_content; none: left in the answer as written.")
-@_option("--embeddings", env="EMBEDDINGS", is_flag=True, default=False,
+@_option("--embeddings", env="EMBEDDINGS", section=GENERATION, is_flag=True, default=False,
          help="Serve /v1/embeddings from a second llama.cpp context on the same weights; an input may hold "
               "up to --ubatch-size tokens.")
-@_option("--pooling", env="POOLING", type=click.Choice(["mean", "cls", "last"]), default=None,
+@_option("--pooling", env="POOLING", section=GENERATION, type=click.Choice(["mean", "cls", "last"]), default=None,
          help="How --embeddings pools a token sequence into one vector.  [default: the GGUF's, else mean]")
-@_option("--threads", "-t", env="THREADS", type=click.IntRange(min=1), default=None,
+@_option("--threads", "-t", env="THREADS", section=BACKEND, type=click.IntRange(min=1), default=None,
          help="CPU threads for llama.cpp.  [default: the cores this process may use]")
-@_option("--max-queue", env="MAX_QUEUE", type=click.IntRange(min=0), default=64, show_default=True,
+@_option("--max-queue", env="MAX_QUEUE", section=SERVER, type=click.IntRange(min=0), default=64, show_default=True,
          help="Waiting requests beyond the slots; past it requests get 503 + Retry-After.")
-@_option("--worker-id", env="WORKER_ID", default=None, help="Opaque id echoed in callbacks.  [default: a fresh uuid4]")
-@_option("--callback-url", env="CALLBACK_URL", default=None,
+@_option("--worker-id", env="WORKER_ID", section=POOL_MANAGER, default=None,
+         help="Opaque id echoed in callbacks.  [default: a fresh uuid4]")
+@_option("--callback-url", env="CALLBACK_URL", section=POOL_MANAGER, default=None,
          help="POST the ready callback here once the model is loaded and warm.")
-@_option("--callback-timeout", env="CALLBACK_TIMEOUT", type=click.FloatRange(min=0), default=60.0, show_default=True,
+@_option("--callback-timeout", env="CALLBACK_TIMEOUT", section=POOL_MANAGER, type=click.FloatRange(min=0),
+         default=60.0, show_default=True,
          help="Seconds to keep retrying the ready callback (connection errors, 5xx) before giving up.")
-@_option("--heartbeat-url", env="HEARTBEAT_URL", default=None, help="POST a heartbeat here every --heartbeat-interval.")
-@_option("--heartbeat-interval", env="HEARTBEAT_INTERVAL", type=click.FloatRange(min=0.1), default=10.0,
-         show_default=True, help="Seconds between heartbeats.")
-@_option("--drain-timeout", env="DRAIN_TIMEOUT", type=click.FloatRange(min=0), default=30.0, show_default=True,
+@_option("--heartbeat-url", env="HEARTBEAT_URL", section=POOL_MANAGER, default=None,
+         help="POST a heartbeat here every --heartbeat-interval.")
+@_option("--heartbeat-interval", env="HEARTBEAT_INTERVAL", section=POOL_MANAGER, type=click.FloatRange(min=0.1),
+         default=10.0, show_default=True, help="Seconds between heartbeats.")
+@_option("--drain-timeout", env="DRAIN_TIMEOUT", section=POOL_MANAGER, type=click.FloatRange(min=0), default=30.0,
+         show_default=True,
          help="On SIGTERM/SIGINT, seconds running requests get to finish before they are cancelled.")
-@_option("--request-timeout", env="REQUEST_TIMEOUT", type=click.FloatRange(min=0, min_open=True), default=None,
+@_option("--request-timeout", env="REQUEST_TIMEOUT", section=SERVER, type=click.FloatRange(min=0, min_open=True),
+         default=None,
          help="Seconds a request may take from arrival; past it, it ends with a TIMEOUT error.  [default: none]")
-@_option("--api-key", env="API_KEY", default=None,
+@_option("--api-key", env="API_KEY", section=SERVER, default=None,
          help="Bearer token every route but /health requires (LLORCH_API_TOKEN is accepted too).")
 @_log_format
 @_log_level
@@ -152,6 +177,9 @@ def serve(**flags) -> None:
       llm-worker serve --model q4.gguf --backend cuda --device 1
       llm-worker serve --model hf:owner/repo --quant Q4_K_M
       llm-worker serve --model big.gguf --rpc 10.0.0.2:50052,10.0.0.3:50052
+
+    Every option also reads the LLM_WORKER_* variable shown beside it; docs/configuration.md
+    says more of each. Sampling defaults are per model, in models.toml.
     """
     from worker.lifecycle.run import serve as run_serve  # llama_cpp, numpy, gguf: only once serving
     from worker.settings import settings_from_flags
@@ -161,7 +189,7 @@ def serve(**flags) -> None:
     asyncio.run(run_serve(settings))
 
 
-@cli.command()
+@cli.command(short_help="Download a model without serving it; print its path.")
 @click.argument("name", required=False)
 @_quant
 @_models_file
@@ -185,7 +213,7 @@ def pull(name: str | None, quant: str | None, models_file: Path | None, log_form
     click.echo(fetch_model(name, _registry(models_file), quant=quant).path)
 
 
-@cli.command()
+@cli.command(short_help="List the models.toml entries and what is downloaded.")
 @_models_file
 def models(models_file: Path | None) -> None:
     """List the models.toml entries and what is already downloaded, with sizes."""
@@ -194,7 +222,7 @@ def models(models_file: Path | None) -> None:
     click.echo(render(_registry(models_file)))
 
 
-@cli.command()
+@cli.command(short_help="Show what the installed llama.cpp build supports.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 def backends(as_json: bool) -> None:
     """What the installed llama.cpp build supports: GPU offload, BLAS, RPC, backends and devices."""
@@ -205,7 +233,7 @@ def backends(as_json: bool) -> None:
     click.echo(backends_report.as_json(info) if as_json else backends_report.render(info))
 
 
-@cli.command("build-backend")
+@cli.command("build-backend", short_help="Recompile llama.cpp for a backend or build preset.")
 @click.argument("presets", nargs=-1, required=True)
 @click.option("--dry-run", is_flag=True, help="Print the pip command instead of running it.")
 @_log_format
@@ -236,7 +264,7 @@ def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | Non
     builder.build(chosen, extra_cmake_args=extra)
 
 
-@cli.command()
+@cli.command(short_help="Convert a SafeTensors folder to GGUF (cached).")
 @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="Also copy the GGUF here.  [default: only the cache; its path is printed]")
