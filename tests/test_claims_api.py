@@ -1,4 +1,4 @@
-"""README claims about the HTTP API that had no test: request ids, token limits, prompt forms, /cancel."""
+"""Claims of docs/api.md and docs/operations.md that had no test: request ids, token limits, prompt forms, /cancel."""
 
 import json
 import re
