@@ -18,7 +18,14 @@ $(BIN)/llm-worker: pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	touch $@
 
-install: $(BIN)/llm-worker
+# Exact mode's second build of the same llama.cpp, without llamafile, for F16/BF16/F32 weights
+# (worker/engine/library.py): ~5 minutes on 2 cores the first time, cached in ~/.cache/llm-worker/llama.cpp.
+NO_LLAMAFILE := $(VENV)/lib/llm-worker/no-llamafile
+$(NO_LLAMAFILE)/libllama.so: $(BIN)/llm-worker
+	mkdir -p $(dir $(NO_LLAMAFILE))
+	ln -sfn "$$(PYTHON=$(BIN)/python scripts/build-llama-cpp cpu-native,no-llamafile llama | tail -n 1)" $(NO_LLAMAFILE)
+
+install: $(BIN)/llm-worker $(NO_LLAMAFILE)/libllama.so
 
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)

@@ -45,6 +45,23 @@ def test_serving_a_local_gguf_imports_neither_the_hub_client_nor_gguf(model_path
     assert run.stdout.splitlines()[-1] == "[]"
 
 
+def test_serving_loads_llama_cpp_only_once_the_library_is_chosen(model_path):
+    """The routes, settings and model resolution come first; which libllama loads depends on the model
+    (worker/engine/library.py), and llama_cpp loads it on import."""
+    run = _python(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import worker.lifecycle.run\n"
+        "from worker.cli import main\n"
+        "from worker.engine import CacheMode, ChatPrompt, EngineConfig, QueueFull, SamplingParams, SchedulerStats\n"
+        "from worker.engine.library import choose_library\n"
+        f"choose_library(Path({str(model_path)!r}), EngineConfig())\n"
+        "print('llama_cpp' in sys.modules)"
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "False"
+
+
 def test_the_progress_callback_type_is_spelled_once():
     spelled = [path.relative_to(REPO).as_posix() for path in WORKER.rglob("*.py")
                if "Callable[[str, int, int], None]" in path.read_text()]

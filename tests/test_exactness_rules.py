@@ -1,5 +1,6 @@
-"""What exact and off modes choose before a model loads: the attention (attention.py) and the ggml CPU settings
-per weight type (kernels.py). Rules only; tests/test_numerics.py measures what they buy."""
+"""What exact and off modes choose before a model loads: the attention (attention.py), the llama.cpp library
+(library.py) and the ggml CPU settings (kernels.py) per weight type. Rules only; tests/test_numerics.py measures
+what they buy."""
 
 from __future__ import annotations
 
@@ -7,8 +8,11 @@ import pytest
 
 from tests.test_cli import one_line_failure, run_cli
 from worker.engine.attention import Attention, plan_attention
-from worker.engine.kernels import FASTEST, Kernels, choose_kernels, weight_types
+from worker.engine.config import EngineConfig
+from worker.engine.kernels import FASTEST, Kernels, choose_kernels
+from worker.engine.library import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
 from worker.engine.prefix_cache import CacheMode
+from worker.engine.tensor_table import weight_product_types
 from worker.errors import WorkerError
 
 EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST
@@ -52,23 +56,62 @@ def test_serve_refuses_them_in_one_line_before_loading(tmp_path):
     assert "--cache-type-v other than f16" in one_line_failure(result)
 
 
-@pytest.mark.parametrize(("qtype", "types", "exact_kernels"), [
-    (None, {"q4_1", "q8_0"}, Kernels(tiled_mm=False, repack=True)),  # the test model as shipped
-    ("q4_0", {"q4_0"}, Kernels(tiled_mm=False, repack=True)),  # Q4_0's repacked GEMM and GEMV agree
-    ("q6_k", {"q6_K", "q8_0"}, Kernels(tiled_mm=False, repack=True)),
-    ("q4_k_m", {"q4_K", "q6_K", "q5_0"}, Kernels(tiled_mm=False, repack=False)),  # Q4_K's repacked ones differ
+# The table in bench/WEIGHTS.md: per weight type, what exact mode loads on the cpu backend.
+@pytest.mark.parametrize(("qtype", "types", "library", "exact_kernels"), [
+    (None, {"Q4_1", "Q8_0"}, "default", Kernels(tiled_mm=False, repack=True)),  # the test model as shipped
+    ("q4_0", {"Q4_0", "Q8_0"}, "default", Kernels(tiled_mm=False, repack=True)),  # Q4_0's repacked GEMM and GEMV agree
+    ("q5_0", {"Q5_0", "Q8_0"}, "default", Kernels(tiled_mm=False, repack=True)),
+    ("q8_0", {"Q8_0"}, "default", Kernels(tiled_mm=False, repack=True)),
+    ("q6_k", {"Q6_K", "Q8_0"}, "default", Kernels(tiled_mm=False, repack=True)),
+    # Q4_K's repacked GEMM and GEMV differ
+    ("q4_k_m", {"Q4_K", "Q6_K", "Q5_0", "Q8_0"}, "default", Kernels(tiled_mm=False, repack=False)),
+    ("f16", {"F16"}, "no-llamafile", Kernels(tiled_mm=False, repack=True)),  # llamafile's F16 GEMM from 2 rows
+    ("bf16", {"BF16"}, "no-llamafile", Kernels(tiled_mm=False, repack=True)),
 ])
-def test_kernels_per_weight_type(model_path, quantized, qtype, types, exact_kernels):
+def test_choices_per_weight_type(model_path, quantized, monkeypatch, qtype, types, library, exact_kernels):
+    monkeypatch.delenv(LIB_PATH_ENV, raising=False)
     path = quantized(qtype) if qtype else model_path
-    assert types <= set(weight_types(path))
+    assert types == set(weight_product_types(path))
     assert choose_kernels(path, row_invariant=True) == exact_kernels
     assert choose_kernels(path, row_invariant=False) == FASTEST
+    for mode in (EXACT, OFF):  # off computes as exact does: their texts are compared
+        chosen = choose_library(path, EngineConfig(prefix_cache=mode))
+        where = NO_LLAMAFILE_DIR if library == "no-llamafile" else default_dir()
+        assert (chosen.build, chosen.path) == (library, str(where))
+    # Where rows may depend on their batch, or off the cpu, the default build: the fastest for every type.
+    for config in (EngineConfig(prefix_cache=FAST), EngineConfig(backend="cuda"), EngineConfig(rpc_servers=("h:1",))):
+        assert choose_library(path, config).build == "default"
 
 
-def test_weight_types_of_a_file_that_is_not_gguf(tmp_path):
-    bogus = tmp_path / "bogus.gguf"
-    bogus.write_bytes(b"GGUF" + b"\0" * 64)
-    assert not weight_types(bogus)
+def test_attention_without_flash_attention_takes_the_no_llamafile_build(model_path, monkeypatch):
+    monkeypatch.delenv(LIB_PATH_ENV, raising=False)
+    for flags in ({"flash_attn": "off"}, {"cache_type_k": "f16", "cache_type_v": "f16"}):  # both unfused
+        chosen = choose_library(model_path, EngineConfig(**flags))
+        assert chosen.build == "no-llamafile" and "attention without flash attention" in chosen.reason
+
+
+def test_the_no_llamafile_build_is_installed():
+    """`make install` links it (Makefile); without it F16 weights would lose both guarantees."""
+    assert (NO_LLAMAFILE_DIR / "libllama.so").exists(), f"{NO_LLAMAFILE_DIR} is missing: run make install"
+
+
+def test_library_choice_without_the_build_says_what_is_missing(quantized, tmp_path, monkeypatch):
+    monkeypatch.delenv(LIB_PATH_ENV, raising=False)
+    chosen = choose_library(quantized("f16"), EngineConfig(), no_llamafile=tmp_path / "absent")
+    assert chosen.build == "default" and "make install" in chosen.reason and "F16" in chosen.reason
+
+
+def test_the_users_library_path_wins(quantized, monkeypatch):
+    monkeypatch.setenv(LIB_PATH_ENV, "/opt/mine")
+    assert choose_library(quantized("f16"), EngineConfig()).path == "/opt/mine"
+
+
+def test_weight_types_of_files_that_are_not_gguf(tmp_path):
+    for name, content in (("truncated", b"GGUF" + b"\0" * 64), ("empty", b""), ("other", b"PK\3\4" + b"\0" * 60)):
+        bogus = tmp_path / f"{name}.gguf"
+        bogus.write_bytes(content)
+        assert not weight_product_types(bogus)
+    assert not weight_product_types(tmp_path / "missing.gguf")
 
 
 def test_heads_too_narrow_for_q8_0_blocks_keep_k_in_f16_and_v_in_bf16():

@@ -19,6 +19,7 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.convert_helpers import oracle
 from tests.fixtures.tiny_models import make_tiny
 from tests.helpers import completion_text, execute, openai_once, openai_stream
+from worker.engine.library import LIB_PATH_ENV, default_dir
 from worker.engine.prefix_cache import ALIGN
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
@@ -80,11 +81,15 @@ async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url
 
 
 @pytest.mark.skipif(not LLAMAFILE, reason="without llamafile the unfused attention reuses answers too")
-async def test_without_flash_attention_exact_mode_reuses_whole_prefilled_blocks_only(http, tmp_path):
-    """--flash-attn off: llamafile's GEMM makes prefill and one-row decode differ, the check says so, and exact
-    mode falls back to its block rule: whole ALIGN blocks made by prefill, and the same text as `off`."""
+async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_whole_prefilled_blocks_only(
+        http, tmp_path):
+    """--flash-attn off with the default build forced (LLAMA_CPP_LIB_PATH; exact mode would load the no-llamafile
+    one, library.py): llamafile's GEMM makes prefill and one-row decode differ, the check says so, and exact mode
+    falls back to its block rule: whole ALIGN blocks made by prefill, and the same text as `off`."""
     flags = ("--parallel", "2", "--ctx-size", "4096", "--flash-attn", "off")
-    exact, off = start_worker(tmp_path, *flags), start_worker(tmp_path, *flags, "--prefix-cache", "off")
+    env = {LIB_PATH_ENV: str(default_dir())}
+    exact = start_worker(tmp_path, *flags, env=env)
+    off = start_worker(tmp_path, *flags, "--prefix-cache", "off", env=env)
     try:
         reused = [await converse(http, exact.url, q) for q in QUESTIONS[:2]]
         cold = [await converse(http, off.url, q) for q in QUESTIONS[:2]]
@@ -93,6 +98,7 @@ async def test_without_flash_attention_exact_mode_reuses_whole_prefilled_blocks_
     finally:
         assert exact.stop() == 0 and off.stop() == 0
     assert exactness["decoded_cells_exact"] is None and exactness["answers_reused"] is False
+    assert exactness["library"] == "default"
     assert [[t["answer"] for t in c] for c in reused] == [[t["answer"] for t in c] for c in cold]
     for conversation in reused:
         hits = cached(conversation)

@@ -1,12 +1,17 @@
-"""Package namespaces whose names are imported on first use (PEP 562).
+"""Imports that load no more than they must.
 
-`llm-worker --help` imports the CLI, which names its choices from worker.source; a package
-__init__ that imported every submodule would load numpy, gguf and huggingface_hub for it.
+Package namespaces whose names are imported on first use (PEP 562): `llm-worker --help` imports the CLI, which
+names its choices from worker.source; a package __init__ that imported every submodule would load numpy, gguf and
+huggingface_hub for it. And single pure-Python modules of other packages, without their package's __init__.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
 from typing import Any, Callable
 
 
@@ -19,3 +24,20 @@ def exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
         return getattr(importlib.import_module(f"{package}.{names[name]}"), name)
 
     return __getattr__
+
+
+def standalone_module(package: str, name: str) -> ModuleType:
+    """`package.name`, a module that imports only the standard library, loaded from its file without running
+    `package`'s __init__: llama_cpp's loads libllama (the worker chooses which build first, engine/library.py),
+    gguf's loads numpy and PyYAML (~12 MB of RSS a worker serving a local GGUF never needs)."""
+    qualified = f"{__name__}.{package}.{name}"
+    if qualified not in sys.modules:
+        found = importlib.util.find_spec(package)  # a top-level package is found without being imported
+        assert found is not None and found.submodule_search_locations, f"{package} is not installed"
+        source = Path(found.submodule_search_locations[0]) / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(qualified, source)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[qualified] = module  # before running it: dataclasses and enums look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[qualified]

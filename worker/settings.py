@@ -7,8 +7,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.engine import CacheMode, EngineConfig
-from worker.engine.model import default_ubatch_size
+from worker.engine.config import EngineConfig, default_ubatch_size
+from worker.engine.prefix_cache import CacheMode
 from worker.errors import WorkerError
 from worker.logs import default_format
 

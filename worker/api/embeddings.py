@@ -7,7 +7,7 @@ import base64
 import sys
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
@@ -16,7 +16,9 @@ from worker.api.errors import Failure, Family, UnknownModel, response
 from worker.api.problems import InvalidRequest, Problem, Reader, integral, parse_json_object
 from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed, UnfitInputs
-from worker.engine.embeddings import Vector
+
+if TYPE_CHECKING:
+    from worker.engine.embeddings import Vector
 
 routes = web.RouteTableDef()
 log = structlog.get_logger("worker.request")

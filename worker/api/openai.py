@@ -6,7 +6,7 @@ import asyncio
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from aiohttp import web
 
@@ -19,7 +19,10 @@ from worker.api.schemas import check_prompt_size, parse_chat, parse_completion, 
 from worker.api.state import WORKER, WorkerState
 from worker.api.tools.answer import Answer, Call, Release
 from worker.api.tools.plan import Turn, chat_turn
-from worker.engine import ChatPrompt, Engine, Finished, FinishReason, TokenEvent, TokenLogprob
+from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
+
+if TYPE_CHECKING:
+    from worker.engine import Engine
 
 routes = web.RouteTableDef()
 

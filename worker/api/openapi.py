@@ -305,7 +305,8 @@ _GENERATED = {"description": "a completion object, or SSE chunks ending with [DO
 _HEALTH = {"description": "healthy", **_json({"type": "object", "properties": {
     "status": {"type": "string"}, "vram_bytes": {"type": "integer"},
     "exactness": {"type": "object", "properties": {
-        "prefix_cache": {"enum": ["exact", "fast", "off"]}, "flash_attn": {"enum": ["on", "off", "auto"]},
+        "prefix_cache": {"enum": ["exact", "fast", "off"]},
+        "library": {"enum": ["default", "no-llamafile", "LLAMA_CPP_LIB_PATH"]}, "flash_attn": {"enum": ["on", "off", "auto"]},
         "cache_type_k": {"type": "string"}, "cache_type_v": {"type": "string"}, "attention_pinned": {"type": "boolean"},
         "tiled_mm": {"type": "boolean"}, "repack": {"type": "boolean"},
         "decoded_cells_exact": {"type": ["boolean", "null"]}, "batch_invariant": {"type": ["boolean", "null"]},

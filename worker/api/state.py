@@ -7,12 +7,15 @@ from dataclasses import dataclass, field
 
 from aiohttp import web
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from worker.api.metrics import Metrics
 from worker.api.progress import LoadingProgress
-from worker.engine import Engine, SamplingParams
+from worker.engine import SamplingParams
 from worker.settings import Settings
+
+if TYPE_CHECKING:
+    from worker.engine import Engine
 
 
 class Phase(str, enum.Enum):

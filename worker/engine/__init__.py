@@ -1,18 +1,18 @@
-"""The only package that imports llama_cpp: model, context, sampling, scheduling."""
+"""The only package that imports llama_cpp: model, context, sampling, scheduling.
 
-from worker.engine.chat import ChatTemplateError, NoChatTemplate
-from worker.engine.embeddings import EmbeddingFailed, UnfitInputs
-from worker.engine.engine import ChatPrompt, ContextLengthExceeded, EmptyPrompt, Engine
-from worker.engine.handle import RequestHandle
-from worker.engine.model import EngineConfig
-from worker.engine.requests import (Alternative, Event, Finished, FinishReason, Reasoning, Request, SamplingParams,
-                                    TokenEvent, TokenLogprob)
-from worker.engine.loop import QueueFull, SchedulerStats
-from worker.engine.prefix_cache import CacheMode
+Its names load on first use (PEP 562), and the ones the HTTP routes and settings import at startup live in modules
+free of llama_cpp: which llama.cpp library the process loads is chosen per model, after the model is fetched and
+before llama_cpp is imported (library.py).
+"""
 
-__all__ = [
-    "Alternative", "CacheMode", "ChatPrompt", "ChatTemplateError", "ContextLengthExceeded", "EmptyPrompt", "Engine",
-    "EmbeddingFailed", "EngineConfig", "Event", "UnfitInputs",
-    "Finished", "FinishReason", "NoChatTemplate", "QueueFull", "Reasoning", "Request", "RequestHandle",
-    "SamplingParams", "SchedulerStats", "TokenEvent", "TokenLogprob",
-]
+from worker.lazy import exports
+
+__getattr__ = exports(__name__, {
+    "Alternative": "requests", "ChatPrompt": "requests", "Event": "requests", "Finished": "requests",
+    "FinishReason": "requests", "Reasoning": "requests", "Request": "requests", "SamplingParams": "requests",
+    "TokenEvent": "requests", "TokenLogprob": "requests",
+    "ChatTemplateError": "errors", "ContextLengthExceeded": "errors", "EmbeddingFailed": "errors",
+    "EmptyPrompt": "errors", "NoChatTemplate": "errors", "QueueFull": "errors", "UnfitInputs": "errors",
+    "CacheMode": "prefix_cache", "EngineConfig": "config", "RequestHandle": "handle", "SchedulerStats": "scheduler",
+    "Engine": "engine",
+})

@@ -58,11 +58,6 @@ class BuildInfo:
         return [d for d in self.devices if d.backend == backend]
 
 
-class GgufInitParams(ctypes.Structure):
-    """gguf.h's gguf_init_params: no_alloc reads the header and tensor table only."""
-    _fields_ = [("no_alloc", ctypes.c_bool), ("ctx", ctypes.c_void_p)]
-
-
 @functools.cache
 def ggml() -> ctypes.CDLL:
     lib = load_shared_library("ggml", llama_cpp.llama_cpp._base_path)
@@ -83,12 +78,6 @@ def ggml() -> ctypes.CDLL:
         "ggml_backend_register": ([p], None),
         "ggml_backend_reg_dev_count": ([p], ctypes.c_size_t),
         "ggml_backend_reg_dev_get": ([p, ctypes.c_size_t], p),
-        # ggml's GGUF reader (libggml-base, a dependency of libggml): a model's tensor types before it loads.
-        "gguf_init_from_file": ([ctypes.c_char_p, GgufInitParams], p),
-        "gguf_get_n_tensors": ([p], ctypes.c_int64),
-        "gguf_get_tensor_type": ([p, ctypes.c_int64], ctypes.c_int),
-        "gguf_free": ([p], None),
-        "ggml_type_name": ([ctypes.c_int], ctypes.c_char_p),
     }
     for name, (argtypes, restype) in signatures.items():
         fn = getattr(lib, name)

@@ -6,16 +6,8 @@ from typing import Any
 
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
+from worker.engine.errors import ChatTemplateError, NoChatTemplate
 from worker.engine.reasoning import thinks
-from worker.errors import WorkerError
-
-
-class NoChatTemplate(WorkerError):
-    pass
-
-
-class ChatTemplateError(WorkerError):
-    """The template refused the conversation (e.g. roles out of order): the client's fault."""
 
 
 class ChatTemplate:

@@ -22,6 +22,7 @@ from typing import Callable
 import llama_cpp
 import structlog
 
+from worker.engine.errors import EmbeddingFailed, UnfitInputs
 from worker.engine.model import LlamaModel
 
 log = structlog.get_logger(__name__)
@@ -33,26 +34,6 @@ FILLER_TOKEN = 0  # any token of the vocab: the filler sequence's output is neve
 
 def _align_up(n: int) -> int:
     return -(-n // ROW_ALIGN) * ROW_ALIGN
-
-
-@dataclass(frozen=True)
-class UnfitInputs(Exception):
-    """Inputs the embedding context cannot take: empty ones, and ones longer than its batch."""
-
-    empty: tuple[int, ...]
-    too_long: tuple[tuple[int, int], ...]  # (input index, its tokens)
-    limit: int
-
-    def __str__(self) -> str:
-        return f"inputs {list(self.empty)} are empty; inputs {[i for i, _ in self.too_long]} exceed {self.limit} tokens"
-
-
-class EmbeddingFailed(Exception):
-    """A job that got no vectors: its decode failed, or the worker stopped before it ran."""
-
-    def __init__(self, message: str, *, stopped: bool = False) -> None:
-        super().__init__(message)
-        self.stopped = stopped
 
 
 Outcome = list[Vector] | EmbeddingFailed

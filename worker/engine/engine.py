@@ -12,15 +12,18 @@ from typing import Any
 import structlog
 
 from worker.engine.chat import ChatTemplate
+from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
 from worker.engine.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
 from worker.engine.grammar import grammar_problem
 from worker.engine.handle import RequestHandle
 from worker.engine.model import EngineConfig, LlamaModel, ProgressFn
-from worker.engine.loop import EngineLoop, SchedulerStats
+from worker.engine.library import loaded_build
+from worker.engine.loop import EngineLoop
+from worker.engine.scheduler import SchedulerStats
 from worker.engine.numerics import Numerics, measure
 from worker.engine.prefix_cache import CacheMode
 from worker.engine.reasoning import opens_in_prompt
-from worker.engine.requests import Reasoning, Request
+from worker.engine.requests import ChatPrompt, Reasoning, Request
 from worker.engine.runner import Events
 from worker.engine.sequence import Sequence
 
@@ -28,27 +31,11 @@ log = structlog.get_logger(__name__)
 
 
 @dataclass(frozen=True)
-class ContextLengthExceeded(Exception):
-    prompt_tokens: int
-    max_tokens: int
-    n_ctx_seq: int
-
-    def __str__(self) -> str:
-        return (
-            f"this request needs {self.prompt_tokens} prompt + {self.max_tokens} generated tokens, "
-            f"but a sequence holds {self.n_ctx_seq} tokens; shorten the prompt or lower max_tokens"
-        )
-
-
-class EmptyPrompt(ValueError):
-    pass
-
-
-@dataclass(frozen=True)
 class Exactness:
     """What the prefix cache promises and why: said once at load (model_loaded) and on /health."""
 
     prefix_cache: str  # exact | fast | off
+    library: str  # the llama.cpp build loaded: default | no-llamafile | LLAMA_CPP_LIB_PATH (library.py)
     flash_attn: str  # on | off | auto (llama.cpp's choice, fast mode)
     cache_type_k: str
     cache_type_v: str
@@ -62,12 +49,6 @@ class Exactness:
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-@dataclass(frozen=True)
-class ChatPrompt:
-    tokens: list[int]
-    reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
 
 
 class Engine:
@@ -135,9 +116,9 @@ class Engine:
     @property
     def exactness(self) -> Exactness:
         attention, kernels, numerics = self.model.attention, self.model.kernels, self.numerics
-        return Exactness(self.model.config.prefix_cache.value, attention.flash_attn, attention.cache_type_k,
-                         attention.cache_type_v, attention.pinned, kernels.tiled_mm, kernels.repack,
-                         numerics.decoded_cells_exact, numerics.batch_invariant,
+        return Exactness(self.model.config.prefix_cache.value, loaded_build(), attention.flash_attn,
+                         attention.cache_type_k, attention.cache_type_v, attention.pinned, kernels.tiled_mm,
+                         kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
                          # answers' cells reused: fast mode, or exact where the numerics allow (numerics.py)
                          self._steps.cache.every_cell)
 

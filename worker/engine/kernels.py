@@ -9,21 +9,20 @@ bench/probes/kvrule.py (bench/probes/RESULTS.md, "weight types"):
 - Repacked weights compute whole groups of rows in a GEMM and the rest in a GEMV. Q4_0's two agree bitwise;
   Q4_K's differ, so a model holding a repackable type other than Q4_0 loads its weights as stored (llama.cpp's
   --no-repack; prefill 0.81x on a Q4_K_M file).
-Types are read from the GGUF's tensor table by ggml's own reader, before llama.cpp loads the weights.
+Types are read from the GGUF's tensor table (tensor_table.py), before llama.cpp loads the weights.
 """
 
 from __future__ import annotations
 
 import os
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.engine.backends import GgufInitParams, ggml
+from worker.engine.tensor_table import weight_product_types
 
 TILED_MM_ENV = "GGML_CPU_TILED_MM"
-# What ggml-cpu repacks on x86 (repack.cpp) besides Q4_0, whose GEMM and GEMV agree: named as ggml_type_name does.
-REPACK_DIFFERS = frozenset({"q4_K", "q2_K", "iq4_nl", "mxfp4"})
+# What ggml-cpu repacks on x86 (repack.cpp) besides Q4_0, whose GEMM and GEMV agree: named as gguf-py names them.
+REPACK_DIFFERS = frozenset({"Q4_K", "Q2_K", "IQ4_NL", "MXFP4"})
 
 
 @dataclass(frozen=True)
@@ -39,23 +38,10 @@ def choose_kernels(path: Path, row_invariant: bool) -> Kernels:
     """The fastest settings, or, where rows must not depend on their batch, the fastest that keep them apart."""
     if not row_invariant:
         return FASTEST
-    return Kernels(tiled_mm=False, repack=not (set(weight_types(path)) & REPACK_DIFFERS))
+    return Kernels(tiled_mm=False, repack=not (set(weight_product_types(path)) & REPACK_DIFFERS))
 
 
 def apply(kernels: Kernels) -> None:
     """Set what ggml reads from the environment; before the process's first matrix product."""
     if not kernels.tiled_mm:
         os.environ[TILED_MM_ENV] = "0"
-
-
-def weight_types(path: Path) -> Counter[str]:
-    """How many tensors of each ggml type the GGUF holds (its header only; no weights are read)."""
-    lib = ggml()
-    gguf = lib.gguf_init_from_file(str(path).encode(), GgufInitParams(True, None))
-    if not gguf:  # not a readable GGUF: the loader says why, in its own words, right after
-        return Counter()
-    try:
-        return Counter(lib.ggml_type_name(lib.gguf_get_tensor_type(gguf, i)).decode()
-                       for i in range(lib.gguf_get_n_tensors(gguf)))
-    finally:
-        lib.gguf_free(gguf)

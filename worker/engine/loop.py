@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from typing import Callable
 
 from worker.engine.embeddings import Embedder, EmbeddingJob
+from worker.engine.errors import QueueFull
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache
 from worker.engine.requests import FinishReason
 from worker.engine.runner import Events, ModelRunner, finished_event
-from worker.engine.scheduler import Pace, Scheduler, chunk_budget
+from worker.engine.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
 from worker.engine.sequence import Sequence, SequenceState
 
 Dispatch = Callable[[Events], None]
@@ -27,24 +28,6 @@ Dispatch = Callable[[Events], None]
 # Free slots are settled (see PrefixCache.unsettled) only once the engine has been idle this long: a person
 # reading an answer leaves seconds, while a client that sends its next request at once would only wait.
 SETTLE_AFTER_IDLE_S = 0.25
-
-
-class QueueFull(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class SchedulerStats:
-    running: int
-    waiting: int
-    slots: int
-    kv_cells_used: int  # held by running requests
-    kv_cells_total: int
-    kv_cells_cached: int = 0  # kept in free slots for the prefix cache; given up as slots are needed
-    # Cumulative, for "where does a step's time go": llama_decode vs everything else on the thread.
-    steps: int = 0
-    step_s: float = 0.0
-    decode_s: float = 0.0
 
 
 class EngineLoop:

@@ -9,7 +9,7 @@ import llama_cpp
 import structlog
 
 from worker.engine import llama_log
-from worker.engine.model import default_threads
+from worker.engine.config import default_threads
 from worker.errors import WorkerError
 from worker.progress import ProgressFn
 

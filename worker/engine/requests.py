@@ -46,6 +46,12 @@ class Reasoning:
 
 
 @dataclass(frozen=True)
+class ChatPrompt:
+    tokens: list[int]
+    reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
+
+
+@dataclass(frozen=True)
 class Request:
     prompt_tokens: list[int]
     max_tokens: int

@@ -34,6 +34,20 @@ STALL_FACTOR = 4.0
 PACE_SMOOTHING = 0.2
 
 
+@dataclass(frozen=True)
+class SchedulerStats:
+    running: int
+    waiting: int
+    slots: int
+    kv_cells_used: int  # held by running requests
+    kv_cells_total: int
+    kv_cells_cached: int = 0  # kept in free slots for the prefix cache; given up as slots are needed
+    # Cumulative, for "where does a step's time go": llama_decode vs everything else on the thread.
+    steps: int = 0
+    step_s: float = 0.0
+    decode_s: float = 0.0
+
+
 @dataclass
 class Pace:
     """How long a step's decode rows take and how long one prefilled token takes, as the runner measures them."""

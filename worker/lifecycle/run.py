@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
@@ -14,14 +15,16 @@ from worker.api import Phase, WorkerState, build_app
 from worker.api.orch import vram_bytes
 from worker.api.progress import LoadingProgress
 from worker.api.schemas import sampling_defaults
-from worker.engine import Engine, SamplingParams
-from worker.engine.backends import require_backend
-from worker.engine.rpc import check_rpc
+from worker.engine import SamplingParams
+from worker.engine.library import choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry
 from worker.source.resolve import as_gguf, fetch_model
 from worker.source.convert import Conversion, ProgressReport
+
+if TYPE_CHECKING:
+    from worker.engine import Engine
 
 log = structlog.get_logger(__name__)
 
@@ -46,6 +49,11 @@ def _load(settings: Settings, progress: LoadingProgress,
     config = settings.engine
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
+    library = load_library(choose_library(model.path, config))
+    log.info("library_chosen", build=library.build, path=library.path, reason=library.reason)
+    # The first import of llama_cpp, which loads the library just chosen.
+    from worker.engine.engine import Engine
+
     engine = Engine.load(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
                          template_kwargs=model.defaults.chat_template_kwargs)
     return model, sampling, engine
@@ -160,6 +168,14 @@ class WorkerLife:
 
 
 async def serve(settings: Settings) -> None:
-    require_backend(settings.engine.backend, settings.engine.device)  # fail before binding anything
-    check_rpc(settings.engine.rpc_servers)
+    config = settings.engine
+    if config.backend != "cpu" or config.rpc_servers:
+        # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
+        # one such a model gets; a cpu-only model's is chosen once the model is known (library.py), and every
+        # build has the cpu backend.
+        from worker.engine.backends import require_backend
+        from worker.engine.rpc import check_rpc
+
+        require_backend(config.backend, config.device)
+        check_rpc(config.rpc_servers)
     await WorkerLife(settings).run()

@@ -7,6 +7,7 @@ For chat, the template's tool-call format decides the rest: how the tools and th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 from functools import partial
 
 import structlog
@@ -18,9 +19,12 @@ from worker.api.tools.formats import ToolFormat, detect
 from worker.api.tools.grammar import call_grammar
 from worker.api.tools.prompt import template_messages
 from worker.api.tools.request import Tools
-from worker.engine import ChatPrompt, Engine, SamplingParams
+from worker.engine import ChatPrompt, SamplingParams
 from worker.engine.json_schema import SchemaProblem
 from worker.engine.requests import GrammarTrigger
+
+if TYPE_CHECKING:
+    from worker.engine import Engine
 
 log = structlog.get_logger(__name__)
 

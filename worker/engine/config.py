@@ -1,0 +1,53 @@
+"""How the engine runs a model: the flags' EngineConfig and the defaults it starts from.
+
+Free of llama_cpp, so settings and the HTTP routes can be built before the worker chooses which llama.cpp library
+to load (library.py).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from worker.engine.attention import Attention, plan_attention
+from worker.engine.prefix_cache import CacheMode
+
+# --ubatch-size on the cpu backend. Its compute buffer, in RAM there, grows with the micro-batch (the attention
+# scores are ubatch x KV cells x heads floats): 256 holds ~24 MiB less than llama.cpp's 512 on the test model after
+# a 1,500-token prompt and prefilled no slower (README "KV cache types and flash attention").
+CPU_UBATCH_SIZE = 256
+
+
+def default_ubatch_size(backend: str) -> int:
+    """A GPU backend's compute buffer is not in RAM and its prefill speed at 256 was not measured: llama.cpp's 512."""
+    return CPU_UBATCH_SIZE if backend == "cpu" else 512
+
+
+def default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    backend: str = "cpu"
+    device: int = 0
+    n_gpu_layers: int | None = None  # None: all layers on a GPU backend or rpc servers, none on cpu alone
+    rpc_servers: tuple[str, ...] = ()  # host:port of ggml-rpc-server processes that take layers too
+    ctx_size: int | None = None  # all slots together; 0: the model's training context; None: not given
+    parallel: int = 4  # sequence slots decoded together
+    batch_size: int = 512  # tokens per llama_decode call (prefill chunks + decode tokens)
+    ubatch_size: int = CPU_UBATCH_SIZE  # physical micro-batch; a prefill chunk never exceeds it
+    threads: int = default_threads()
+    max_queue: int = 64
+    prefix_cache: CacheMode = CacheMode.EXACT
+    cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's choice (attention.py)
+    cache_type_v: str | None = None
+    flash_attn: str = "auto"  # one of FLASH_ATTN
+    reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
+    embeddings: bool = False  # a second context for /v1/embeddings (engine/embeddings.py)
+    pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
+
+    def attention(self, head_size: int | None = None) -> Attention:
+        """Flash attention and the KV cells' types for this mode and backend (WorkerError for flags that clash)."""
+        return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
+                              self.cache_type_k, self.cache_type_v, head_size)

@@ -1,0 +1,60 @@
+"""What the engine refuses or fails at, as exceptions the API maps to its errors.
+
+Kept apart from the modules that raise them, which import llama_cpp: the HTTP routes import these at startup,
+before the worker has chosen which llama.cpp library to load (library.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from worker.errors import WorkerError
+
+
+class NoChatTemplate(WorkerError):
+    pass
+
+
+class ChatTemplateError(WorkerError):
+    """The template refused the conversation (e.g. roles out of order): the client's fault."""
+
+
+@dataclass(frozen=True)
+class ContextLengthExceeded(Exception):
+    prompt_tokens: int
+    max_tokens: int
+    n_ctx_seq: int
+
+    def __str__(self) -> str:
+        return (
+            f"this request needs {self.prompt_tokens} prompt + {self.max_tokens} generated tokens, "
+            f"but a sequence holds {self.n_ctx_seq} tokens; shorten the prompt or lower max_tokens"
+        )
+
+
+class EmptyPrompt(ValueError):
+    pass
+
+
+class QueueFull(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class UnfitInputs(Exception):
+    """Inputs the embedding context cannot take: empty ones, and ones longer than its batch."""
+
+    empty: tuple[int, ...]
+    too_long: tuple[tuple[int, int], ...]  # (input index, its tokens)
+    limit: int
+
+    def __str__(self) -> str:
+        return f"inputs {list(self.empty)} are empty; inputs {[i for i, _ in self.too_long]} exceed {self.limit} tokens"
+
+
+class EmbeddingFailed(Exception):
+    """A job that got no vectors: its decode failed, or the worker stopped before it ran."""
+
+    def __init__(self, message: str, *, stopped: bool = False) -> None:
+        super().__init__(message)
+        self.stopped = stopped
