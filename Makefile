@@ -2,8 +2,8 @@
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
-#   make test-builds  of those, the two that build a llama.cpp variant (rpc; no llamafile) once each, ~5-10 minutes
-#                     a build, cached after; CI runs them after make test
+#   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
+#                     CI runs it after make test
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -37,4 +37,4 @@ test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 test-builds: install
-	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py tests/test_no_llamafile.py
+	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py
