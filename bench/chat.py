@@ -19,7 +19,6 @@ import asyncio
 import dataclasses
 import json
 import statistics
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -32,6 +31,7 @@ from bench.run import (  # noqa: E402
     LLAMA_CPP_PY, LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig, PromptFactory, add_peer_flags, environment, machine_line,
     find_llama_server, find_model, new_session, publish, running_server,
 )
+from worker.engine.library import LIB_PATH_ENV, default_dir  # noqa: E402
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
 QUESTIONS = [
@@ -41,18 +41,17 @@ QUESTIONS = [
 ]
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
-# llm-worker on a llama.cpp built without llamafile's GEMM, without flash attention: exact mode's load-time check
-# lets it reuse answers there too (docs/cache-and-exactness.md, "Prefix cache"): scripts/build-llama-cpp builds it the first time
-# (~5 minutes), cached after. Its row is llm-worker's own libraries swapped by LLAMA_CPP_LIB_PATH, as
-# `build-backend cpu-native no-llamafile` makes.
-NO_LLAMAFILE = "llm-worker exact no-llamafile"
+# Exact mode held to llama-cpp-python's own library (LLAMA_CPP_LIB_PATH), where the worker would load the
+# no-llamafile build (worker/engine/library.py: F16/BF16/F32 weights, or attention without flash attention): what
+# that choice buys. For other weights it is the default row again.
+DEFAULT_BUILD = "llm-worker exact on the default build"
 # (label, server, extra llm-worker flags)
 VARIANTS = [
-    # The default: flash attention held to its per-row kernel, so answers are reused on the default build.
+    # The default: flash attention held to its per-row kernel, and the library chosen for the weights.
     ("llm-worker exact", WORKER, ("--prefix-cache", "exact")),
-    # Exact mode as it ran before: no flash attention, so llamafile's GEMM keeps answers from being reused.
+    (DEFAULT_BUILD, WORKER, ("--prefix-cache", "exact")),
+    # Exact mode as it ran before flash attention was pinned: no flash attention (now on the no-llamafile build).
     ("llm-worker exact unfused", WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
-    (NO_LLAMAFILE, WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
     ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
     ("llm-worker off", WORKER, ("--prefix-cache", "off")),
     ("llama-server", LLAMA_SERVER, ()),
@@ -135,13 +134,6 @@ async def shared_system(url: str, args: argparse.Namespace, no_eos: dict[str, fl
             turn = Turn(0, i + 1)
             await chat_turn(session, url, messages, args.shared_tokens, no_eos, turn)
             result.shared.append(turn)
-
-
-def no_llamafile_libs() -> Path:
-    """The directory of llama.cpp's libraries built with the no-llamafile preset, building them if not cached."""
-    out = subprocess.run([str(REPO_DIR / "scripts" / "build-llama-cpp"), "cpu-native,no-llamafile", "llama"],
-                         stdout=subprocess.PIPE, text=True, check=True)
-    return Path(out.stdout.strip().splitlines()[-1])
 
 
 async def warm_up(url: str) -> None:
@@ -269,7 +261,7 @@ def main() -> int:
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
     env = environment(cfg)
     results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra, worker_env=(
-        (("LLAMA_CPP_LIB_PATH", str(no_llamafile_libs())),) if label == NO_LLAMAFILE else ())), args, no_eos)
+        ((LIB_PATH_ENV, str(default_dir())),) if label == DEFAULT_BUILD else ())), args, no_eos)
                for label, server, extra in chosen]
     text = report(args, cfg, results, env)
     print(text)

@@ -4,13 +4,16 @@
 The test model is quantized again to each type by llama.cpp's own quantizer (cached under --out), and
 bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 decoded tokens, 3 rounds) runs it
 in a fresh process per configuration, since ggml reads its settings once per process:
-  llama.cpp default   flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
-  exact (pinned)      the default build with exact mode's choices: flash attention on, K cells q8_0, V f16, and
-                      kernels.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K unrepacked)
-  exact no-llamafile  --flash-attn off on the no-llamafile build (scripts/build-llama-cpp, built once), with
-                      the same ggml settings
-Each row also says whether the load-time check (worker/engine/numerics.py) lets exact mode reuse answers.
-Run: .venv/bin/python bench/weights.py [--types q4_0,q4_1,...] [--publish]   (README "Answers reused, per weight type")
+  llama.cpp default       flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
+  exact, default build    exact mode's choices on llama-cpp-python's own library: flash attention pinned (K cells
+                          q8_0, V f16) and kernels.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K
+                          unrepacked)
+  exact, no-llamafile     the same on the build without llamafile that `make install` links
+                          (worker/engine/library.py)
+Each exact column also says whether the load-time check (worker/engine/numerics.py) lets exact mode reuse answers
+there, and the last one which build the worker loads for the type (library.py's rule).
+Run: .venv/bin/python bench/weights.py [--types q4_0,q4_1,...] [--publish]
+(docs/cache-and-exactness.md, "Per weight type")
 """
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.run import REPO_DIR, find_model  # noqa: E402
+from worker.engine.config import EngineConfig  # noqa: E402
+from worker.engine.library import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir  # noqa: E402
 
-TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "q4_k_m", "q6_k")
+TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "bf16", "q4_k_m", "q6_k")
 PROBE = REPO_DIR / "bench" / "probes" / "prefillspeed.py"
 ROUNDS = re.compile(r"prefill (\d+) decode (\d+)")
 
@@ -50,11 +55,11 @@ def exact_settings(path: Path) -> dict[str, str]:
     return env | ({} if kernels.repack else {"REPACK": "0"})
 
 
-def answers_reused(path: Path, env: dict[str, str], flash_attn: str) -> bool:
+def answers_reused(path: Path, env: dict[str, str]) -> bool:
     """The load-time check, run as the worker runs it, in a fresh process with the same environment."""
     code = ("import sys; from pathlib import Path; from worker.engine.model import EngineConfig, LlamaModel; "
             "from worker.engine.numerics import measure; "
-            f"m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2, flash_attn='{flash_attn}')); "
+            f"m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2)); "
             "print(measure(m).answers_reusable)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, cwd=REPO_DIR,
                          capture_output=True, text=True, check=True)
@@ -69,12 +74,6 @@ def speeds(path: Path, env: dict[str, str]) -> tuple[int, int]:
     return max(p for p, _ in rounds), max(d for _, d in rounds)
 
 
-def no_llamafile_libs() -> Path:
-    out = subprocess.run([str(REPO_DIR / "scripts" / "build-llama-cpp"), "cpu-native,no-llamafile", "llama"],
-                         check=True, capture_output=True, text=True, env={**os.environ, "PYTHON": sys.executable})
-    return Path(out.stdout.strip().splitlines()[-1])
-
-
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="the GGUF to quantize from (default: the test model)")
@@ -83,22 +82,24 @@ def main() -> int:
     p.add_argument("--publish", action="store_true", help="write bench/WEIGHTS.md")
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
-    model, libs = find_model(args.model), no_llamafile_libs()
-    rows = ["| weights | llama.cpp default prefill / decode | exact (pinned) prefill / decode | answers reused | "
-            "exact no-llamafile prefill / decode | answers reused |", "|---|---|---|---|---|---|"]
+    model = find_model(args.model)
+    default_build, no_llamafile = {LIB_PATH_ENV: str(default_dir())}, {LIB_PATH_ENV: str(NO_LLAMAFILE_DIR)}
+    rows = ["| weights | llama.cpp default prefill / decode | exact, default build prefill / decode | answers reused | "
+            "exact, no-llamafile prefill / decode | answers reused | exact mode loads |", "|---" * 7 + "|"]
     for qtype in args.types.split(","):
         path = requantized(model, qtype, args.out)
-        exact = exact_settings(path)
-        unfused = {**exact, "ATTN": "off", "LLAMA_CPP_LIB_PATH": str(libs)}
-        base, pinned, nolf = speeds(path, {"ATTN": "fast"}), speeds(path, {**exact, "ATTN": "pinned"}), speeds(path, unfused)
-        reused_pinned = answers_reused(path, {}, "auto")  # the worker applies kernels.py itself
-        reused_nolf = answers_reused(path, {"LLAMA_CPP_LIB_PATH": str(libs)}, "off")
+        exact = {**exact_settings(path), "ATTN": "pinned"}
+        base = speeds(path, {"ATTN": "fast", **default_build})
+        pinned, nolf = speeds(path, {**exact, **default_build}), speeds(path, {**exact, **no_llamafile})
+        # The worker applies kernels.py itself.
+        reused_pinned, reused_nolf = answers_reused(path, default_build), answers_reused(path, no_llamafile)
+        loads = choose_library(path, EngineConfig()).build
 
         def cell(pair: tuple[int, int]) -> str:
             return f"{pair[0]} / {pair[1]} ({pair[0] / base[0]:.2f}x / {pair[1] / base[1]:.2f}x)"
 
         rows.append(f"| {qtype} | {base[0]} / {base[1]} | {cell(pinned)} | {'yes' if reused_pinned else 'no'} | "
-                    f"{cell(nolf)} | {'yes' if reused_nolf else 'no'} |")
+                    f"{cell(nolf)} | {'yes' if reused_nolf else 'no'} | {loads} |")
         print(rows[-1], flush=True)
     text = ("# Exact mode per weight type\n\nThe test model quantized again per type; tok/s on this machine's 2 "
             "cores, 1,536-token prompt, 64 decoded tokens, best of 3 rounds (`bench/probes/prefillspeed.py`); ratios "

@@ -15,9 +15,11 @@ async def test_health_and_ready(http, base_url):
             assert response.status == 200
             body = await response.json()
             assert body["status"] == "healthy" and body["vram_bytes"] == 0
-            # What exact mode chose and measured at load, on this build and the test model (README "Prefix cache").
+            # What exact mode chose and measured at load, on this build and the test model
+            # (docs/cache-and-exactness.md).
             assert body["exactness"] == {
-                "prefix_cache": "exact", "library": "default", "flash_attn": "on", "cache_type_k": "q8_0", "cache_type_v": "f16",
+                "prefix_cache": "exact", "library": "default", "flash_attn": "on", "cache_type_k": "q8_0",
+                "cache_type_v": "f16",
                 "attention_pinned": True,
                 "tiled_mm": False, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
                 "answers_reused": True}

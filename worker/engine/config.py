@@ -14,7 +14,7 @@ from worker.engine.prefix_cache import CacheMode
 
 # --ubatch-size on the cpu backend. Its compute buffer, in RAM there, grows with the micro-batch (the attention
 # scores are ubatch x KV cells x heads floats): 256 holds ~24 MiB less than llama.cpp's 512 on the test model after
-# a 1,500-token prompt and prefilled no slower (README "KV cache types and flash attention").
+# a 1,500-token prompt and prefilled no slower (docs/cache-and-exactness.md, "KV cache types and flash attention").
 CPU_UBATCH_SIZE = 256
 
 
