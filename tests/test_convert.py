@@ -113,9 +113,9 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, i
 
 
 def _greedy(url: str) -> list[str]:
-    """64 greedy tokens for each prompt on both routes, one request at a time: F16 weights go through
-    llamafile's GEMM from two rows on, so on this build a row's numerics follow the rows decoded beside it
-    (the load-time check says so: `batch_invariant` false), and requests sent together could change text."""
+    """64 greedy tokens for each prompt on both routes, one request at a time: what conversion must keep is the
+    weights, whatever runs beside a request (that F16 rows ignore their batch, on the no-llamafile build exact
+    mode loads for them, is tests/test_no_llamafile.py's)."""
     body = {"max_tokens": 64, "temperature": 0}
     calls = [(url + "/v1/completions", {**body, "prompt": p}) for p in PROMPTS]
     calls += [(url + "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": p}]}) for p in PROMPTS]

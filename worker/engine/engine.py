@@ -42,7 +42,7 @@ class Exactness:
     attention_pinned: bool  # flash attention held to its per-row kernel (attention.py)
     tiled_mm: bool  # ggml's tiled K-quant matmul allowed (kernels.py)
     repack: bool  # weights repacked for the CPU's GEMM
-    # The load-time check (numerics.py), exact mode only; None: not measured (a GPU or rpc backend, or another mode).
+    # The load-time check (numerics.py), exact mode only, on any backend; None: not measured (another mode).
     decoded_cells_exact: bool | None
     batch_invariant: bool | None
     answers_reused: bool  # answers' cells reused: fast mode, or exact where the load-time check measured them equal
@@ -92,8 +92,8 @@ class Engine:
         if engine.numerics.batch_invariant is False:
             log.warning("exactness_limited", reason="a row's logits changed with the rows beside it in the load-time "
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
-                        "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type the README lists "
-                        "as exact on this build")
+                        "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type and backend "
+                        "docs/cache-and-exactness.md lists as exact")
         return engine
 
     def _run(self) -> None:

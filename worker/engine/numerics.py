@@ -10,9 +10,10 @@ too; and so may it where flash attention is held to its per-row kernel (attentio
 the attention products out of llamafile's GEMM: every weight type measured then agrees on the
 default build too (bench/probes/RESULTS.md). Which kernels a model and a backend take is not something
 flags and tensor types tell reliably, so the engine asks the numerics: at load it makes one prompt's
-cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise;
-only where the code leaves room for a yes (the CPU backend with pinned flash attention, or without
-flash attention on a build without llamafile) is the answer measured.
+cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise, and it
+decodes a row alone and beside another slot's rows. It measures on every backend and says what it found;
+it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (attention.py,
+kernels.py, library.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
 """
 
 from __future__ import annotations
@@ -43,29 +44,21 @@ class Numerics:
 
     decoded_cells_exact: bool | None  # an answer's cells, made token by token, bitwise what a prefill makes
     batch_invariant: bool | None  # a row's logits the same whatever other sequences share its llama_decode
+    trusted: bool = False  # a yes here stands for every shape: the CPU backend alone, without rpc
 
     @property
     def answers_reusable(self) -> bool:
-        return bool(self.decoded_cells_exact and self.batch_invariant)
+        return bool(self.trusted and self.decoded_cells_exact and self.batch_invariant)
 
 
 def measure(model: LlamaModel) -> Numerics:
-    """The two measurements exact mode rests on, where the code leaves room for a yes.
-
-    Measured on the CPU backend where attention follows the row alone: flash attention held to its per-row
-    kernel (attention.py), or no flash attention on a build without llamafile (whose GEMM takes the attention
-    products over F16 cells from two rows on, and differs by shape on every model). Elsewhere neither is measured:
-    GPU kernels change with batch size in ways no probe of a few shapes covers, and exact mode keeps its block
-    rule there. Runs on the engine thread before any request, in slots 0 and 1, which it leaves empty.
-    """
+    """The two measurements exact mode rests on, on any backend; None where a sequence or a micro-batch is too
+    small for the probe. Runs on the engine thread before any request, in slots 0 and 1, which it leaves empty."""
     config = model.config
-    if config.backend != "cpu" or config.rpc_servers:
-        return Numerics(None, None)
-    if not model.attention.pinned and b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info():
-        return Numerics(None, None)
     if model.n_ctx_seq < PROBE_TOKENS or min(config.batch_size, config.ubatch_size) < PROBE_TOKENS:
         return Numerics(None, None)
-    return Numerics(decode_matches_prefill(model), row_ignores_batch(model) if config.parallel > 1 else True)
+    return Numerics(decode_matches_prefill(model), row_ignores_batch(model) if config.parallel > 1 else True,
+                    trusted=config.backend == "cpu" and not config.rpc_servers)
 
 
 def decode_matches_prefill(model: LlamaModel) -> bool:
