@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.engine import TokenLogprob
+from worker.engine.requests import PromptLogprobs
 
 
 def _token(piece: bytes) -> str:
@@ -28,16 +29,29 @@ class CompletionLogprobs:
         self.offset = offset  # characters of text before the next token (an echoed prompt counts)
 
     def format(self, entries: tuple[TokenLogprob, ...] | list[TokenLogprob]) -> dict[str, Any]:
-        tokens, offsets = [], []
-        for entry in entries:
-            token = _token(entry.piece)
-            tokens.append(token)
-            offsets.append(self.offset)
-            self.offset += len(token)
         return {
-            "tokens": tokens,
+            "tokens": [_token(entry.piece) for entry in entries],
             "token_logprobs": [entry.logprob for entry in entries],
             # Alternatives that spell the same text (e.g. byte pieces) keep the likelier one, as a dict must.
             "top_logprobs": [{_token(alt.piece): alt.logprob for alt in reversed(entry.top)} for entry in entries],
-            "text_offset": offsets,
+            "text_offset": self._offsets([entry.piece for entry in entries]),
         }
+
+    def prompt(self, scores: PromptLogprobs) -> dict[str, Any]:
+        """An echoed prompt's tokens, as OpenAI's legacy API wrote them: the first has null logprobs."""
+        first = self._offsets([scores.first])
+        rest = self.format(scores.rest)
+        return {"tokens": [_token(scores.first), *rest["tokens"]], "token_logprobs": [None, *rest["token_logprobs"]],
+                "top_logprobs": [None, *rest["top_logprobs"]], "text_offset": first + rest["text_offset"]}
+
+    def _offsets(self, pieces: list[bytes]) -> list[int]:
+        offsets = []
+        for piece in pieces:
+            offsets.append(self.offset)
+            self.offset += len(_token(piece))
+        return offsets
+
+
+def joined(first: dict[str, list], then: dict[str, list]) -> dict[str, list]:
+    """Two runs of completion logprobs (an echoed prompt's, then the answer's) as one."""
+    return {key: first[key] + then[key] for key in first}

@@ -13,13 +13,14 @@ from aiohttp import web
 from worker.api import sse
 from worker.api.errors import UnknownModel
 from worker.api.generation import TrackedHandle, engine_requests, generating, merged
-from worker.api.logprobs import CompletionLogprobs, chat_logprobs
+from worker.api.logprobs import CompletionLogprobs, chat_logprobs, joined
 from worker.api.problems import parse_json_object
-from worker.api.schemas import check_prompt_size, parse_chat, parse_completion, prompt_chars
+from worker.api.schemas import CompletionRequest, check_prompt_size, parse_chat, parse_completion, prompt_chars
 from worker.api.state import WORKER, WorkerState
 from worker.api.tools.answer import Answer, Call, Release
 from worker.api.tools.plan import Turn, chat_turn
 from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
+from worker.engine.requests import PromptLogprobs
 
 if TYPE_CHECKING:
     from worker.engine import Engine
@@ -106,15 +107,26 @@ def _model(worker: WorkerState, requested: str | None) -> str:
     return worker.model_id
 
 
-async def _collect(handle: TrackedHandle) -> tuple[str, str, list[TokenLogprob]]:
-    """A whole choice: its answer, its reasoning, its logprob entries."""
-    texts, reasoning, entries = [], [], []
+@dataclass(frozen=True)
+class Output:
+    """A whole choice: its answer, its reasoning, its logprob entries, and its prompt's scores (when asked)."""
+
+    text: str
+    reasoning: str
+    entries: tuple[TokenLogprob, ...]
+    prompt: PromptLogprobs | None
+
+
+async def _collect(handle: TrackedHandle) -> Output:
+    texts, reasoning, entries, prompt = [], [], [], None
     async for event in handle:
         if isinstance(event, TokenEvent):
             texts.append(event.text)
             reasoning.append(event.reasoning)
             entries.extend(event.logprobs)
-    return "".join(texts), "".join(reasoning), entries
+        elif isinstance(event, PromptLogprobs):
+            prompt = event
+    return Output("".join(texts), "".join(reasoning), tuple(entries), prompt)
 
 
 def _finish_reason(finished: Finished, answer: Answer) -> str:
@@ -141,21 +153,31 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
     prompt, generation = turn.prompt, turn.generation
     choices = engine_requests(worker, prompt.tokens, generation, request["request_id"], prompt.reasoning)
     wants_logprobs = generation.logprobs is not None
-    formats = [shape.logprobs(len(echo)) for _ in choices]
+    # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
+    scorer = CompletionLogprobs(0) if generation.scores_prompt else None
+    formats = [scorer.format if scorer else shape.logprobs(len(echo)) for _ in choices]
     answers = [turn.answers() for _ in choices]
+
+    def whole_logprobs(index: int, output: Output) -> dict | None:
+        if not wants_logprobs:
+            return None
+        leading = scorer.prompt(output.prompt) if scorer else None  # first: the prompt's offsets come first
+        answer = formats[index](output.entries)
+        return joined(leading, answer) if leading else answer
+
     async with generating(worker, choices) as handles:
         if not generation.stream:
             outputs = await asyncio.gather(*(_collect(handle) for handle in handles))
             finished = [handle.finished for handle in handles]
             if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
                 return web.json_response(_failure(failed), status=_FAILURES[failed.reason][0])
-            releases = [answer.feed(text) + answer.finish() for answer, (text, _, _) in zip(answers, outputs)]
+            releases = [answer.feed(output.text) + answer.finish() for answer, output in zip(answers, outputs)]
             return web.json_response({
                 **header, "object": shape.object,
-                "choices": [shape.choice(index, echo + release.text, reasoning, _finish_reason(f, answers[index]),
-                                         formats[index](tuple(entries)) if wants_logprobs else None, release.calls)
-                            for index, ((_, reasoning, entries), f, release)
-                            in enumerate(zip(outputs, finished, releases))],
+                "choices": [shape.choice(index, echo + release.text, output.reasoning,
+                                         _finish_reason(f, answers[index]), whole_logprobs(index, output),
+                                         release.calls)
+                            for index, (output, f, release) in enumerate(zip(outputs, finished, releases))],
                 "usage": _usage(finished),
             })
         chunk = {**header, "object": shape.chunk_object}
@@ -163,10 +185,13 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
         for index in range(len(handles)):
             if shape.opening_delta:
                 await sse.send(response, {**chunk, "choices": [shape.opening_delta(index)]})
-            if echo:
+            if echo and not scorer:  # a scored prompt is sent with its scores, once it is prefilled
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, None, [])]})
         async for index, event in merged(handles):
-            if isinstance(event, TokenEvent):
+            if isinstance(event, PromptLogprobs):
+                scores = scorer.prompt(event)
+                await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, scores, [])]})
+            elif isinstance(event, TokenEvent):
                 logprobs = formats[index](event.logprobs) if wants_logprobs else None
                 await _send_release(response, chunk, shape, index, answers[index].feed(event.text), event.reasoning,
                                     logprobs)
@@ -193,15 +218,27 @@ def _generation_route(path: str, parse: Callable, shape: Shape, prepare: Callabl
                        max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem)
         check_prompt_size(*prompt_chars(parsed), engine.n_ctx_seq)
         model = _model(worker, parsed.model)
-        echo = parsed.prompt if parsed.generation.echo else ""
-        return await _respond(request, worker, shape, model, prepare(engine, parsed), echo)
+        turn = prepare(engine, parsed)
+        echo = _echo(engine, parsed) if parsed.generation.echo else ""
+        return await _respond(request, worker, shape, model, turn, echo)
 
     routes.post(path)(handler)
 
 
+def _completion_turn(engine: Engine, completion: CompletionRequest) -> Turn:
+    prompt = completion.prompt
+    tokens = prompt if isinstance(prompt, list) else engine.tokenize(prompt)
+    return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
+
+
+def _echo(engine: Engine, completion: CompletionRequest) -> str:
+    """The prompt as text: as sent, or its token ids' text."""
+    prompt = completion.prompt
+    return prompt if isinstance(prompt, str) else engine.model.detokenize(prompt).decode("utf-8", errors="replace")
+
+
 _generation_route("/v1/chat/completions", parse_chat, CHAT, chat_turn)
-_generation_route("/v1/completions", parse_completion, COMPLETION,
-                  lambda engine, text: Turn(ChatPrompt(engine.tokenize(text.prompt), reasoning=None), text.generation))
+_generation_route("/v1/completions", parse_completion, COMPLETION, _completion_turn)
 
 
 @routes.get("/v1/models")

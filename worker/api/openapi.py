@@ -90,10 +90,17 @@ _FORCED_CALL = [
                                       {"type": "object", "properties": {"type": {"const": "text"}}}]}}},
 ]
 _COMPLETION_EXTRAS = {
-    "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_COMPLETION_LOGPROBS},
-    "echo": {"type": ["boolean", "null"]},
+    "logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_COMPLETION_LOGPROBS,
+                 "description": "with echo, the prompt's tokens get theirs too (the first: null)"},
+    "echo": {"type": ["boolean", "null"], "description": "the prompt leads the text; needs n = 1"},
     "best_of": {"type": ["integer", "null"], "minimum": 1, "description": "equal to n"},
+    # 0: the prompt alone (scored with echo + logprobs, or only prefilled into the prefix cache).
+    "max_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
+    "max_completion_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
 }
+# echo repeats (and scores) the prompt once: not beside several choices.
+_ECHO_ONCE = [{"properties": {"echo": {"enum": [False, None]}}},
+              {"properties": {"n": {"enum": [1, None]}, "best_of": {"enum": [1, None]}}}]
 _CONTENT = [
     {"type": "string"},
     {"type": "array", "items": {"type": "object", "required": ["type", "text"],
@@ -134,6 +141,10 @@ def _blocks(*kinds: dict) -> dict:
     return {"type": "array", "items": {"oneOf": list(kinds)}}
 
 
+def _ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
 _TOKEN_IDS = {"type": "array", "minItems": 1,
               "items": {"type": "integer", "minimum": 0, "description": "below the model's vocabulary size"}}
 def _detokenize_request(n_vocab: int | None) -> dict:
@@ -154,9 +165,13 @@ SCHEMAS: dict[str, Any] = {
                     "anyOf": _FORCED_CALL},
     "CompletionRequest": {"type": "object", "required": ["prompt"], "examples": [{
                               "prompt": "Once upon a time", "max_tokens": 8, "stream": True}],
-                          "properties": {"prompt": {"oneOf": [_PROMPT, {"type": "array", "minItems": 1, "maxItems": 1,
-                                                                        "items": _PROMPT}]}, **_SAMPLING,
-                                         **_COMPLETION_EXTRAS}},
+                          "properties": {"prompt": {"oneOf": [
+                              _PROMPT, _ref("PromptTokenIds"),
+                              {"type": "array", "minItems": 1, "maxItems": 1,
+                               "items": {"oneOf": [_PROMPT, _ref("PromptTokenIds")]}}]},
+                              **_SAMPLING, **_COMPLETION_EXTRAS},
+                          "anyOf": _ECHO_ONCE},
+    "PromptTokenIds": _TOKEN_IDS,
     "ExecuteRequest": {"type": "object", "required": ["job_id", "prompt", "max_tokens"],
                        "examples": [{"job_id": "job-1", "prompt": "Once upon a time", "max_tokens": 8}], "properties": {
         "job_id": {"type": "string", "minLength": 1},
@@ -227,10 +242,6 @@ SCHEMAS: dict[str, Any] = {
         "user": {"type": "string"},
     }},
 }
-
-
-def _ref(name: str) -> dict:
-    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def _json(schema: dict) -> dict:
@@ -418,7 +429,8 @@ def document(n_vocab: int | None = None) -> dict:
     """`n_vocab`: the served model's, once it is loaded; token ids are then checked against it."""
     schemas = SCHEMAS if n_vocab is None else {
         **SCHEMAS, "TokenId": {**SCHEMAS["TokenId"], "pattern": decimal_below(n_vocab)},
-        "DetokenizeRequest": _detokenize_request(n_vocab)}
+        "DetokenizeRequest": _detokenize_request(n_vocab),
+        "PromptTokenIds": {**_TOKEN_IDS, "items": {**_TOKEN_IDS["items"], "maximum": n_vocab - 1}}}
     return {
         "openapi": "3.1.0",
         "info": {"title": "llm-worker", "version": __version__},

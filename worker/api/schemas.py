@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.api.problems import InvalidRequest, Problem, Reader
+from worker.api.problems import InvalidRequest, Problem, Reader, integral
 from worker.api.structured import GrammarCheck, execute_grammar, openai_grammar
 from worker.api.tools.request import Tools, history_fields, read_tools
 from worker.engine import SamplingParams
@@ -36,6 +36,11 @@ class Generation:
     logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
     echo: bool = False  # completions: the prompt leads the text
 
+    @property
+    def scores_prompt(self) -> bool:
+        """echo with logprobs: the prompt's tokens get their logprobs too (lm-eval's loglikelihood)."""
+        return self.echo and self.logprobs is not None
+
 
 @dataclass(frozen=True)
 class ChatRequest:
@@ -50,7 +55,7 @@ class ChatRequest:
 @dataclass(frozen=True)
 class CompletionRequest:
     model: str | None
-    prompt: str
+    prompt: str | list[int]  # text, or token ids as sent (lm-eval sends its own tokenizer's)
     generation: Generation
 
 
@@ -94,7 +99,8 @@ def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
 
 
 def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int,
-                       check_grammar: GrammarCheck | None) -> Generation:
+                       check_grammar: GrammarCheck | None, least_tokens: int = 1) -> Generation:
+    """`least_tokens`: the smallest max_tokens (completions take 0: the prompt alone, scored or cached)."""
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False, [], {}):
             r.problem(name, "not supported", why, r.body[name])
@@ -102,8 +108,9 @@ def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choice
     if n > max_choices:
         r.problem("n", f"n <= {max_choices}", f"n = {n} choices run side by side, and this worker has "
                   f"{max_choices} slots (--parallel)", n)
-    max_tokens = r.number("max_completion_tokens", None, low=1, high=2**31 - 1, integer=True, nullable=True)
-    max_tokens = r.number("max_tokens", max_tokens, low=1, high=2**31 - 1, integer=True, nullable=True)
+    max_tokens = r.number("max_completion_tokens", None, low=least_tokens, high=2**31 - 1, integer=True,
+                          nullable=True)
+    max_tokens = r.number("max_tokens", max_tokens, low=least_tokens, high=2**31 - 1, integer=True, nullable=True)
     sampling = replace(_openai_sampling(r, n_vocab, base), grammar=openai_grammar(r, check_grammar))
     stream = r.boolean("stream")
     options = r.body.get("stream_options")
@@ -126,12 +133,14 @@ def _chat_logprobs(r: Reader) -> int | None:
 
 
 def _completion_extras(r: Reader, generation: Generation) -> Generation:
-    """Completions' own fields: logprobs as a count, echo, and best_of (only as many as n: nothing is ranked)."""
+    """Completions' own fields: logprobs as a count, echo (with logprobs, the prompt's logprobs too), and best_of
+    (only as many as n: nothing is ranked)."""
     logprobs = r.number("logprobs", None, low=0, high=MAX_COMPLETION_LOGPROBS, integer=True, nullable=True)
     echo = r.boolean("echo")
-    if echo and logprobs is not None:
-        r.problem("echo", "echo without logprobs", "echo with logprobs would need the prompt's logprobs, "
-                  "which are not computed; send one or the other", True)
+    if echo and generation.n > 1:
+        # The prompt is prefilled (and scored) in one slot; the other choices copy its cells.
+        r.problem("echo", "echo with n == 1", f"echo repeats (and with logprobs, scores) the prompt once: send it "
+                  f"with n = 1, not n = {generation.n}", True)
     best_of = r.number("best_of", None, low=1, integer=True, nullable=True)
     if best_of not in (None, generation.n):
         r.problem("best_of", f"best_of == n ({generation.n})",
@@ -241,16 +250,32 @@ def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParam
                      max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> CompletionRequest:
     r = Reader(body)
     model = r.string("model")
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
-        prompt = prompt[0]  # the SDK's list form with a single prompt
-    if not isinstance(prompt, str):
-        r.problem("prompt", "a string", "prompt must be a string (or a list of exactly one string)", prompt)
-    elif not prompt:
-        r.problem("prompt", "1 <= len(prompt)", "prompt is empty: there is nothing to continue", prompt)
-    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar))
+    prompt = _prompt(r, n_vocab)
+    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar,
+                                                          least_tokens=0))
     r.done()
     return CompletionRequest(model, prompt, generation)
+
+
+_PROMPT_FORMS = "a string, a list of token ids, or a list of exactly one of those"
+
+
+def _prompt(r: Reader, n_vocab: int) -> str | list[int]:
+    """The one prompt: text or token ids, alone or as the only item of a list (the SDK's and lm-eval's batch form)."""
+    prompt = r.body.get("prompt")
+    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt:
+        ids = [integral(t) for t in prompt]
+        if all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab for t in ids):
+            return ids
+        r.problem("prompt", f"token ids 0..{n_vocab - 1}", f"a prompt of token ids holds integers 0..{n_vocab - 1}",
+                  next(t for t in ids if not (isinstance(t, int) and not isinstance(t, bool) and 0 <= t < n_vocab)))
+    elif not isinstance(prompt, str):
+        r.problem("prompt", _PROMPT_FORMS, f"prompt must be {_PROMPT_FORMS}", prompt)
+    elif not prompt:
+        r.problem("prompt", "1 <= len(prompt)", "prompt is empty: there is nothing to continue", prompt)
+    return prompt if isinstance(prompt, str) else ""
 
 
 def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),

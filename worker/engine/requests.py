@@ -61,6 +61,10 @@ class Request:
     timeout_s: float | None = None  # from submission; past it the request ends with TIMEOUT
     logprobs: int | None = None  # report each token's log probability and this many top alternatives
     reasoning: Reasoning | None = None  # split a thinking model's <think>…</think> from its answer
+    # Report each prompt token's log probability (after the first) and this many top alternatives: the prompt is
+    # then prefilled whole, cached cells unused (they have no logits), before a PromptLogprobs event. max_tokens
+    # may be 0 then: the prompt is scored and nothing is generated.
+    prompt_logprobs: int | None = None
 
 
 class FinishReason(str, enum.Enum):
@@ -100,6 +104,18 @@ class TokenEvent:
 
 
 @dataclass(frozen=True)
+class PromptLogprobs:
+    """The prompt's tokens as the model scores them, sent once the prompt is prefilled (before any TokenEvent).
+
+    `first` is the first token's piece, which nothing predicts; `rest` scores each later token from the
+    logits of the row before it.
+    """
+
+    first: bytes
+    rest: tuple[TokenLogprob, ...]
+
+
+@dataclass(frozen=True)
 class Finished:
     reason: FinishReason
     prompt_tokens: int
@@ -117,4 +133,4 @@ class Finished:
         return (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 else None
 
 
-Event = TokenEvent | Finished
+Event = TokenEvent | PromptLogprobs | Finished

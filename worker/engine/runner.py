@@ -15,7 +15,7 @@ import structlog
 from worker.engine.logprobs import LogprobReader
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
-from worker.engine.requests import Event, Finished, FinishReason, TokenEvent, TokenLogprob
+from worker.engine.requests import Event, Finished, FinishReason, PromptLogprobs, TokenEvent, TokenLogprob
 from worker.engine.sampler import Sampler
 from worker.engine.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.detokenizer import StreamingText
@@ -94,10 +94,13 @@ class ModelRunner:
         prompt = seq.prompt
         rows = [(prompt[pos], pos, seq) for pos in range(chunk.start, chunk.end)]
         started = self.decode_s
-        if not self._decode(rows, [seq] if chunk.completes_prompt else [], events):
+        scored = seq.request.prompt_logprobs is not None
+        if not self._decode(rows, [seq] if chunk.completes_prompt else [], events, every_row=scored):
             return
         self.pace.observe_prefill(self.decode_s - started, len(rows))
         seq.n_past = chunk.end
+        if scored:
+            self._score_prompt(chunk)
         if chunk.completes_prompt:
             now, row = time.monotonic(), len(rows) - 1
             for fork in seq.forks:
@@ -105,7 +108,23 @@ class ModelRunner:
                     self._fork(seq, fork)
                     self._sample(fork, row, now, events)
             seq.state = SequenceState.DECODING
+            if scored:
+                events.append((seq, PromptLogprobs(self.model.piece(prompt[0]), tuple(seq.prompt_logprobs))))
+            if seq.request.max_tokens == 0:  # the prompt alone was asked for (its scores, or its cells cached)
+                self.retire(seq, FinishReason.LENGTH, events)
+                return
             self._sample(seq, row, now, events)
+
+    def _score_prompt(self, chunk: Chunk) -> None:
+        """Each chunk row's logits score the prompt token after it (the last row's score the answer's first).
+
+        These are the rows of the chunk's own llama_decode call, read before the next call replaces them: the
+        same aligned chunks a prompt is always prefilled in, so the scores are what one-by-one decoding of
+        those tokens reports (README "Prefix cache": aligned prefill matches single-token decode)."""
+        seq = chunk.sequence
+        prompt, n_top = seq.prompt, seq.request.prompt_logprobs
+        for row, pos in enumerate(range(chunk.start, min(chunk.end, len(prompt) - 1))):
+            seq.prompt_logprobs.append(self._logprobs.read(row, prompt[pos + 1], n_top))
 
     def _fork(self, parent: Sequence, fork: Sequence) -> None:
         """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
@@ -125,8 +144,10 @@ class ModelRunner:
             seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
         self._on_token(seq, token, now, events)
 
-    def _decode(self, rows: list[tuple[int, int, Sequence]], sampled: list[Sequence], events: Events) -> bool:
-        """One llama_decode over `rows` (token, position, sequence); logits for the last row of each sampled one."""
+    def _decode(self, rows: list[tuple[int, int, Sequence]], sampled: list[Sequence], events: Events,
+                every_row: bool = False) -> bool:
+        """One llama_decode over `rows` (token, position, sequence); logits for the last row of each sampled one,
+        or for every row (`every_row`: a prompt being scored)."""
         batch = self._batch
         wanted = {id(seq) for seq in sampled}
         last_row = {id(seq): i for i, (_, _, seq) in enumerate(rows)}
@@ -135,7 +156,7 @@ class ModelRunner:
             batch.pos[i] = pos
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = seq.slot
-            batch.logits[i] = id(seq) in wanted and last_row[id(seq)] == i
+            batch.logits[i] = every_row or (id(seq) in wanted and last_row[id(seq)] == i)
         batch.n_tokens = len(rows)
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, batch)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Settle, align_down, held
+from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
 from worker.engine.sequence import Sequence, SequenceState
 
 
@@ -128,9 +128,12 @@ class Scheduler:
         for sequence in list(waiting):
             if len(free_slots) <= len(sequence.forks):
                 break
-            choice = self.cache.choose(sequence.prompt, free_slots, streams)
-            if self._prefilling_more(sequence.prompt, prefilling, choice.cells):
-                continue
+            if sequence.request.prompt_logprobs is not None:  # every prompt row's logits: nothing cached will do
+                choice = Reuse(self.cache.least_recently_used(free_slots), 0)
+            else:
+                choice = self.cache.choose(sequence.prompt, free_slots, streams)
+                if self._prefilling_more(sequence.prompt, prefilling, choice.cells):
+                    continue
             waiting.remove(sequence)
             free_slots.remove(choice.slot)
             admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source))
