@@ -41,8 +41,9 @@ def before_call(ctx, case, **kwargs) -> None:
 # and (Anthropic) a last message that calls tools needs their results after it.
 RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice"}
 # A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state:
-# the grammar fields, and the schemas of response_format and of a forced call's tool.
-LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|tools\[\d+\]\.(function\.parameters|input_schema)")
+# the grammar fields, and the schemas of response_format, output_config.format and of a forced call's tool.
+LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output_config\.format\.schema|"
+                       r"tools\[\d+\]\.(function\.parameters|input_schema)")
 
 
 def _beyond_schema(response) -> bool:

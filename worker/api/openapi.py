@@ -227,6 +227,12 @@ SCHEMAS: dict[str, Any] = {
             "disable_parallel_tool_use": {"type": ["boolean", "null"]}}},
         "metadata": {"type": ["object", "null"]},
         "stream": {"type": ["boolean", "null"]},
+        "output_config": {"type": ["object", "null"], "properties": {"format": {"oneOf": [
+            {"type": "null"},
+            {"type": "object", "required": ["type", "schema"], "properties": {
+                "type": {"const": "json_schema"},
+                "schema": {"type": "object", "description": "a JSON schema the grammar converter supports; not "
+                                                            "beside a forced tool use"}}}]}}},
     }},
     "AnthropicError": {"type": "object", "required": ["type", "error"], "properties": {
         "type": {"const": "error"},
@@ -242,6 +248,8 @@ SCHEMAS: dict[str, Any] = {
         "user": {"type": "string"},
     }},
 }
+# count_tokens reads a Messages request up to its prompt: max_tokens is not needed.
+SCHEMAS["CountTokensRequest"] = {**SCHEMAS["MessagesRequest"], "required": ["messages"]}
 
 
 def _json(schema: dict) -> dict:
@@ -391,6 +399,10 @@ PATHS: dict[str, dict] = {
     "/v1/chat/completions": _post("OpenAI chat completion", "ChatRequest", _GENERATED, "OpenAIError"),
     "/v1/completions": _post("OpenAI text completion", "CompletionRequest", _GENERATED, "OpenAIError"),
     "/v1/messages": _post("Anthropic Messages API (text, tool_use and tool_result blocks)", "MessagesRequest", _MESSAGES, "AnthropicError"),
+    "/v1/messages/count_tokens": _post("Anthropic token counting: the input tokens /v1/messages would read",
+                                       "CountTokensRequest", {"description": "the count", **_json({
+                                           "type": "object", "required": ["input_tokens"],
+                                           "properties": {"input_tokens": _COUNT}})}, "AnthropicError"),
     "/v1/embeddings": _embeddings_path(),
     "/tokenize": _post("Text -> token ids (llama-server's shape)", "TokenizeRequest", _TOKENS, "OpenAIError"),
     "/detokenize": _post("Token ids -> text", "DetokenizeRequest", _one_text("content"), "OpenAIError"),

@@ -9,11 +9,14 @@ Anthropic leaves them out of the context. A final assistant message is a prefill
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
+from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
 from worker.api.problems import Reader
 from worker.api.schemas import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.fields import ANTHROPIC_SAMPLING
 
@@ -33,8 +36,10 @@ _DROPPED = ("thinking", "redacted_thinking")  # earlier turns' thinking: not par
 _SYSTEM, _USER, _ASSISTANT, _RESULT = ("text",), ("text", "tool_result"), ("text", "tool_use", *_DROPPED), ("text",)
 
 
-def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams()) -> ChatRequest:
-    """A Messages request over the model's sampling defaults."""
+def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
+                   check_grammar: GrammarCheck | None = None, counting: bool = False) -> ChatRequest:
+    """A Messages request over the model's sampling defaults; `counting`: a count_tokens request, which
+    generates nothing and so names no max_tokens."""
     r = Reader(body)
     model = r.string("model")
     for name, why in _UNSUPPORTED.items():
@@ -44,18 +49,19 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
     if isinstance(thinking, dict) and thinking.get("type") == "enabled":
         # "adaptive" leaves thinking to the model, and not thinking is its answer.
         r.problem("thinking", "not supported", "extended thinking with a budget is not supported", thinking)
-    output = r.body.get("output_config")
-    if isinstance(output, dict) and output.get("format") is not None:
-        r.problem("output_config.format", "not supported", "structured output is not supported", output["format"])
     metadata = r.body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object", metadata)
     messages, prefill = _conversation(r)
-    max_tokens = r.number("max_tokens", required=True, low=1, high=2**31 - 1, integer=True)
-    sampling = read_sampling(r, ANTHROPIC_SAMPLING, defaults)
+    max_tokens = r.number("max_tokens", required=not counting, low=1, high=2**31 - 1, integer=True)
+    sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r, check_grammar))
     stop = r.stop_strings("stop_sequences", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=False)
     stream = r.boolean("stream")
     tools = read_tools(r)
+    if tools is not None and tools.forced and sampling.grammar is not None:
+        r.problem("tool_choice", "no output_config.format beside a forced tool use",
+                  "a forced tool use samples under its own grammar; send tool_choice auto, or no output_config.format",
+                  r.body.get("tool_choice"))
     r.done()
     return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream), tools=tools, prefill=prefill)
 

@@ -1,5 +1,6 @@
-"""POST /v1/messages: a Messages request runs as a chat turn (worker/api/tools/plan.py), so greedy text,
-tool calls and reasoning are the chat route's; only the shapes are Anthropic's (blocks.py)."""
+"""POST /v1/messages and /v1/messages/count_tokens: a Messages request runs as a chat turn
+(worker/api/tools/plan.py), so greedy text, tool calls and reasoning are the chat route's; only the shapes are
+Anthropic's (blocks.py). count_tokens stops where generation would start: at the turn's prompt."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from worker.api.anthropic.request import parse_messages
 from worker.api.errors import UnknownModel, anthropic_error
 from worker.api.generation import TrackedHandle, engine_requests, generating
 from worker.api.problems import parse_json_object
-from worker.api.schemas import check_prompt_size, prompt_chars
+from worker.api.schemas import ChatRequest, check_prompt_size, prompt_chars
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
-from worker.api.tools.plan import chat_turn
+from worker.api.tools.plan import Turn, chat_turn
 from worker.engine import Finished, FinishReason, TokenEvent
 
 routes = web.RouteTableDef()
@@ -93,15 +94,28 @@ async def _unsent(events: list[Event]) -> None:
     """A whole answer sends nothing as it goes."""
 
 
-@routes.post("/v1/messages")
-async def messages(request: web.Request) -> web.StreamResponse:
+async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatRequest, Turn]:
+    """The request read and run up to its prompt: as /v1/messages would generate from it."""
     worker = request.app[WORKER]
     engine = worker.require_engine()
-    chat = parse_messages(parse_json_object(await request.read()), worker.sampling)
+    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting)
     check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
     if not worker.accepts_model(chat.model):
         raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
-    turn = chat_turn(engine, chat)
+    return chat, chat_turn(engine, chat)
+
+
+@routes.post("/v1/messages/count_tokens")
+async def count_tokens(request: web.Request) -> web.Response:
+    """The prompt tokens the same request to /v1/messages would have: its input_tokens and cache reads together."""
+    _, turn = await _turn(request, counting=True)
+    return web.json_response({"input_tokens": len(turn.prompt.tokens)})
+
+
+@routes.post("/v1/messages")
+async def messages(request: web.Request) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    chat, turn = await _turn(request)
     message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": worker.model_id}
     choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
                               turn.prompt.reasoning)
