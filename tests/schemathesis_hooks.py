@@ -14,8 +14,9 @@ from schemathesis.openapi.checks import RejectedPositiveData
 from worker.api.anthropic.request import ANSWERED_CALLS
 
 MAX_TOKENS = 8
-CAPPED = {"/v1/chat/completions", "/v1/completions", "/execute", "/v1/inference", "/v1/messages"}
-OPTIONAL = {"/v1/chat/completions", "/v1/completions"}  # no max_tokens: up to the end of the context
+CAPPED = {"/v1/chat/completions", "/v1/completions", "/execute", "/v1/inference", "/v1/messages", "/v1/responses"}
+OPTIONAL = {"/v1/chat/completions", "/v1/completions", "/v1/responses"}  # no max_tokens: up to the end of the context
+LIMITS = {"/v1/responses": ("max_output_tokens",)}  # a route's own name for max_tokens
 
 
 @schemathesis.hook
@@ -28,22 +29,25 @@ def before_call(ctx, case, **kwargs) -> None:
     body = case.body
     if case.path not in CAPPED or not isinstance(body, dict):
         return
+    names = LIMITS.get(case.path, ("max_tokens", "max_completion_tokens"))
     if case.meta is not None and case.meta.generation.mode.is_positive:
-        asked = [body.get(name) for name in ("max_tokens", "max_completion_tokens")]
-        body["max_tokens"] = min([MAX_TOKENS, *(n for n in asked if isinstance(n, int))])
-    elif case.path in OPTIONAL and not {"max_tokens", "max_completion_tokens"} & body.keys():
-        body["max_tokens"] = MAX_TOKENS
+        asked = [body.get(name) for name in names]
+        body[names[0]] = min([MAX_TOKENS, *(n for n in asked if isinstance(n, int))])
+    elif case.path in OPTIONAL and not set(names) & body.keys():
+        body[names[0]] = MAX_TOKENS
 
 
 # Fields whose rule ties them to another field or to how the worker was started: best_of must equal n,
 # top_logprobs needs logprobs, echo excludes logprobs, n is at most --parallel, dimensions is the model's width,
 # one constraint at a time (grammar, response_format or a forced tool call), a named tool_choice names a tool,
 # and (Anthropic) a last message that calls tools needs their results after it.
-RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice"}
+# previous_response_id names a response stored earlier in the run, which the fuzzer cannot know.
+RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice",
+              "previous_response_id"}
 # A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state:
 # the grammar fields, and the schemas of response_format, output_config.format and of a forced call's tool.
 LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output_config\.format\.schema|"
-                       r"tools\[\d+\]\.(function\.parameters|input_schema)")
+                       r"text\.format\.schema|tools\[\d+\]\.(function\.parameters|parameters|input_schema)")
 
 
 def _beyond_schema(response) -> bool:

@@ -8,7 +8,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from worker.api import anthropic, embeddings, openai, openapi, orch, tokens
+from worker.api import anthropic, embeddings, openai, openapi, orch, responses, tokens
 from worker.api.auth import auth_middleware
 from worker.api.errors import error_middleware
 from worker.api.state import WORKER, WorkerState
@@ -41,6 +41,8 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(orch.routes)
     app.add_routes(openai.routes)
     app.add_routes(anthropic.routes)
+    app.add_routes(responses.routes)
+    responses.stores(app)
     app.add_routes(tokens.routes)
     app.add_routes(embeddings.routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))

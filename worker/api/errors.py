@@ -102,8 +102,8 @@ def response(failure: Failure, family: Family) -> web.Response:
     return web.json_response(_BODIES[family](failure), status=failure.status, headers=headers)
 
 
-_OPENAI_PATHS = ("/v1/chat", "/v1/completions", "/v1/models", "/v1/embeddings", "/tokenize", "/detokenize",
-                 "/apply-template")
+_OPENAI_PATHS = ("/v1/chat", "/v1/completions", "/v1/responses", "/v1/models", "/v1/embeddings", "/tokenize",
+                 "/detokenize", "/apply-template")
 
 
 def family_of(request: web.Request) -> Family:

@@ -248,6 +248,56 @@ SCHEMAS: dict[str, Any] = {
         "user": {"type": "string"},
     }},
 }
+_TEXT_PARTS = {"type": "array", "items": {"type": "object", "required": ["type", "text"], "properties": {
+    "type": {"enum": ["input_text", "output_text", "text"]}, "text": {"type": "string"}}}}
+_ITEM_TEXT = {"oneOf": [{"type": "string"}, _TEXT_PARTS]}
+_RESPONSES_ITEM = {"oneOf": [
+    {"type": "object", "required": ["role", "content"], "properties": {
+        "type": {"const": "message"}, "role": {"enum": ["user", "system", "developer", "assistant"]},
+        "content": _ITEM_TEXT}},
+    {"type": "object", "required": ["type", "call_id", "name", "arguments"], "properties": {
+        "type": {"const": "function_call"}, "call_id": {"type": "string", "minLength": 1},
+        "name": {"type": "string", "minLength": 1}, "arguments": {"type": "string"}}},
+    {"type": "object", "required": ["type", "call_id", "output"], "properties": {
+        "type": {"const": "function_call_output"}, "call_id": {"type": "string", "minLength": 1},
+        "output": _ITEM_TEXT}},
+    {"type": "object", "required": ["type"], "description": "an earlier turn's reasoning: left out",
+     "properties": {"type": {"const": "reasoning"}}},
+]}
+SCHEMAS["ResponsesRequest"] = {
+    "type": "object", "required": ["input"], "examples": [{"input": "Hi", "max_output_tokens": 8, "stream": True}],
+    "properties": {
+        "model": {"type": "string"},
+        "input": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": _RESPONSES_ITEM}]},
+        "instructions": {"type": ["string", "null"], "description": "a system message first; not carried over"},
+        "previous_response_id": {"type": ["string", "null"], "description": "a stored response's id"},
+        "store": {"type": ["boolean", "null"], "default": True},
+        "stream": {"type": ["boolean", "null"]},
+        "max_output_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
+        **_numbers(OPENAI_SAMPLING),
+        "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["type", "name"], "properties": {
+            "type": {"const": "function", "description": "only function tools"},
+            "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}, "description": {"type": "string"},
+            "parameters": _CHAT_ONLY["tools"]["items"]["properties"]["function"]["properties"]["parameters"],
+            "strict": {"type": ["boolean", "null"]}}}},
+        "tool_choice": {"oneOf": [{"enum": ["none", "auto", "required", None]}, {
+            "type": "object", "required": ["type", "name"],
+            "properties": {"type": {"const": "function"}, "name": {"type": "string"}}}]},
+        "parallel_tool_calls": _CHAT_ONLY["parallel_tool_calls"],
+        "text": {"type": ["object", "null"], "properties": {"format": {"oneOf": [
+            {"type": "null"},
+            {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["text", "json_object"]}}},
+            {"type": "object", "required": ["type", "schema"], "properties": {
+                "type": {"const": "json_schema"}, "name": {"type": "string"}, "schema": {"type": "object"},
+                "strict": {"type": ["boolean", "null"]}}}]}}},
+        "reasoning": {"type": ["object", "null"], "properties": {
+            "effort": {"enum": ["none", "minimal", "low", "medium", "high", "xhigh", None]}}},
+        "metadata": {"type": ["object", "null"]},
+        "user": {"type": ["string", "null"]},
+        "truncation": {"enum": ["disabled", None]},
+    },
+    "anyOf": _FORCED_CALL,
+}
 # count_tokens reads a Messages request up to its prompt: max_tokens is not needed.
 SCHEMAS["CountTokensRequest"] = {**SCHEMAS["MessagesRequest"], "required": ["messages"]}
 
@@ -390,6 +440,33 @@ def _embeddings_path() -> dict:
         "504": {"description": "past --request-timeout", **error}}}}
 
 
+_RESPONSE_OBJECT = {"type": "object", "required": ["id", "object", "status", "output"], "properties": {
+    "id": {"type": "string", "pattern": "^resp_"}, "object": {"const": "response"},
+    "status": {"enum": ["in_progress", "completed", "incomplete", "failed"]}, "output": {"type": "array"}}}
+_RESPONSE_EVENT = {"oneOf": [
+    {"type": "object", "required": ["type", "sequence_number"], "properties": {
+        "type": {"type": "string", "pattern": "^response\\."}, "sequence_number": _COUNT}},
+]}
+_RESPONSE = {"description": "a response object, or the Responses API's named events when stream is true",
+             "content": {"application/json": {"schema": _RESPONSE_OBJECT},
+                         "text/event-stream": {"schema": _sse_event(_RESPONSE_EVENT)}}}
+
+
+def _stored_response() -> dict:
+    parameters = [{"name": "response_id", "in": "path", "required": True, "schema": {"type": "string"}}]
+    missing = {"description": "no stored response has this id", **_json(_ref("OpenAIError"))}
+    return {
+        "get": {"summary": "A stored response", "parameters": parameters,
+                "responses": {"200": {"description": "the response object", **_json(_RESPONSE_OBJECT)},
+                              "404": missing}},
+        "delete": {"summary": "Forget a stored response", "parameters": parameters,
+                   "responses": {"200": {"description": "deleted", **_json({
+                       "type": "object", "required": ["id", "deleted"],
+                       "properties": {"id": _TEXT, "object": {"const": "response.deleted"},
+                                      "deleted": {"const": True}}})}, "404": missing}},
+    }
+
+
 def _one_text(name: str) -> dict:
     schema = {"type": "object", "required": [name], "properties": {name: _TEXT}}
     return {"description": f"{{{name}: text}}", **_json(schema)}
@@ -403,6 +480,9 @@ PATHS: dict[str, dict] = {
                                        "CountTokensRequest", {"description": "the count", **_json({
                                            "type": "object", "required": ["input_tokens"],
                                            "properties": {"input_tokens": _COUNT}})}, "AnthropicError"),
+    "/v1/responses": _post("OpenAI Responses API (a chat turn; stored responses kept in memory)", "ResponsesRequest",
+                           _RESPONSE, "OpenAIError"),
+    "/v1/responses/{response_id}": _stored_response(),
     "/v1/embeddings": _embeddings_path(),
     "/tokenize": _post("Text -> token ids (llama-server's shape)", "TokenizeRequest", _TOKENS, "OpenAIError"),
     "/detokenize": _post("Token ids -> text", "DetokenizeRequest", _one_text("content"), "OpenAIError"),

@@ -28,3 +28,9 @@ async def open_stream(request: web.Request, status: int = 200, headers: dict[str
 
 async def send(response: web.StreamResponse, payload: Any) -> None:
     await response.write(encode(payload))
+
+
+async def send_named(response: web.StreamResponse, events: list[dict[str, Any]]) -> None:
+    """Events each named by its type on an `event:` line, as Anthropic's and the Responses API's clients expect."""
+    if events:
+        await response.write(b"".join(f"event: {e['type']}\n".encode() + encode(e) for e in events))

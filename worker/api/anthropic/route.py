@@ -5,6 +5,7 @@ Anthropic's (blocks.py). count_tokens stops where generation would start: at the
 from __future__ import annotations
 
 import uuid
+from functools import partial
 from typing import Any, Awaitable, Callable
 
 from aiohttp import web
@@ -71,11 +72,7 @@ async def _answer(handle: TrackedHandle, answer: Answer, blocks: Blocks, send: S
 async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, message: dict[str, Any],
                   input_tokens: int) -> web.StreamResponse:
     response = await sse.open_stream(request)
-
-    async def send(events: list[Event]) -> None:
-        """Each event named by its type on an `event:` line, as Anthropic's clients expect."""
-        if events:
-            await response.write(b"".join(f"event: {e['type']}\n".encode() + sse.encode(e) for e in events))
+    send = partial(sse.send_named, response)
 
     await send([{"type": "message_start", "message": {
         **message, "content": [], "stop_reason": None, "stop_sequence": None,

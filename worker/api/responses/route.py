@@ -1,0 +1,184 @@
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API as a chat turn.
+
+The request becomes a chat request (request.py) and runs as the chat route runs it (worker/api/tools/plan.py), so
+greedy text, tool calls and reasoning are the chat route's; only the shapes are the Responses API's (items.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import uuid
+from typing import Any, Awaitable, Callable
+
+import structlog
+from aiohttp import web
+
+from worker.api import sse
+from worker.api.errors import Failure, UnknownModel, openai_body
+from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.problems import Problem, parse_json_object
+from worker.api.responses.items import Event, OutputItems
+from worker.api.responses.request import ResponsesRequest, parse_responses
+from worker.api.responses.store import Message, ResponseStore, Stored
+from worker.api.schemas import check_prompt_size, prompt_chars
+from worker.api.state import WORKER
+from worker.api.tools.answer import Answer
+from worker.api.tools.plan import chat_turn
+from worker.engine import Finished, FinishReason, TokenEvent
+
+log = structlog.get_logger(__name__)
+routes = web.RouteTableDef()
+RESPONSES = web.AppKey("responses", ResponseStore)
+
+_ENDED = (FinishReason.EOS, FinishReason.STOP, FinishReason.LENGTH)
+# The other endings are failures: (HTTP status when nothing was sent yet, error code), as on the chat route.
+_FAILURES = {FinishReason.CANCELLED: (503, "cancelled"), FinishReason.TIMEOUT: (504, "timeout"),
+             FinishReason.ERROR: (500, "inference_failed")}
+
+Send = Callable[[list[Event]], Awaitable[None]]
+
+
+async def _answer(handle: TrackedHandle, answer: Answer, items: OutputItems, send: Send) -> int:
+    """The answer into output items as it comes, each addition's events to `send`; returns the reasoning's tokens
+    (those generated up to the last reasoning text: the tokens of the <think> tags are counted with it)."""
+    reasoning_tokens = 0
+    async for event in handle:
+        if isinstance(event, TokenEvent):
+            release = answer.feed(event.text)
+            if event.reasoning:
+                reasoning_tokens = event.tokens
+            await send(items.add("reasoning", event.reasoning) + items.add("text", release.text))
+            for call in release.calls:
+                await send(items.call(call))
+    if handle.finished.reason in _ENDED:
+        release = answer.finish()
+        await send(items.add("text", release.text))
+        for call in release.calls:
+            await send(items.call(call))
+        await send(items.close("incomplete" if handle.finished.reason is FinishReason.LENGTH else "completed"))
+    return reasoning_tokens
+
+
+def _usage(finished: Finished, reasoning_tokens: int) -> dict[str, Any]:
+    """OpenAI's: input_tokens count the cached ones too."""
+    return {"input_tokens": finished.prompt_tokens,
+            "input_tokens_details": {"cached_tokens": finished.cached_tokens, "cache_write_tokens": 0},
+            "output_tokens": finished.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": finished.prompt_tokens + finished.completion_tokens}
+
+
+def _ended(response: dict[str, Any], items: OutputItems, finished: Finished, reasoning_tokens: int) -> dict[str, Any]:
+    cut = finished.reason is FinishReason.LENGTH
+    return {**response, "status": "incomplete" if cut else "completed", "completed_at": int(time.time()),
+            "incomplete_details": {"reason": "max_output_tokens"} if cut else None, "output": items.items,
+            "usage": _usage(finished, reasoning_tokens)}
+
+
+def _failure(finished: Finished) -> tuple[int, dict[str, Any]]:
+    status, code = _FAILURES[finished.reason]
+    return status, openai_body(Failure(status, code, [Problem("response", "completed", finished.message or code)]))
+
+
+def _answered(conversation: list[Message], items: list[dict[str, Any]]) -> list[Message]:
+    """The conversation with the answer appended as the chat route's assistant message (reasoning left out)."""
+    text = "".join(part["text"] for item in items if item["type"] == "message" for part in item["content"])
+    calls = [{"id": item["call_id"], "type": "function",
+              "function": {"name": item["name"], "arguments": item["arguments"]}}
+             for item in items if item["type"] == "function_call"]
+    return [*conversation, {"role": "assistant", "content": text if text or not calls else None,
+                            **({"tool_calls": calls} if calls else {})}]
+
+
+def _keep(store: ResponseStore, parsed: ResponsesRequest, response: dict[str, Any]) -> None:
+    if parsed.store:
+        store.put(Stored(response, _answered(parsed.conversation, response["output"])))
+
+
+async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, response: dict[str, Any],
+                  parsed: ResponsesRequest) -> web.StreamResponse:
+    stream = await sse.open_stream(request)
+    numbers = itertools.count()
+
+    async def send(events: list[Event]) -> None:
+        await sse.send_named(stream, [{**event, "sequence_number": next(numbers)} for event in events])
+
+    await send([{"type": "response.created", "response": response},
+                {"type": "response.in_progress", "response": response}])
+    items = OutputItems()
+    reasoning_tokens = await _answer(handle, answer, items, send)
+    finished = handle.finished
+    if finished.reason not in _ENDED:
+        error = _failure(finished)[1]["error"]
+        await send([{"type": "response.failed", "response": {
+            **response, "status": "failed", "output": items.items,
+            "error": {"code": error["code"], "message": error["message"]}}}])
+        return stream
+    ended = _ended(response, items, finished, reasoning_tokens)
+    _keep(request.app[RESPONSES], parsed, ended)
+    await send([{"type": f"response.{ended['status']}", "response": ended}])
+    return stream
+
+
+async def _unsent(events: list[Event]) -> None:
+    """A whole response sends nothing as it goes."""
+
+
+@routes.post("/v1/responses")
+async def create(request: web.Request) -> web.StreamResponse:
+    worker = request.app[WORKER]
+    engine = worker.require_engine()
+    store = request.app[RESPONSES]
+    parsed = parse_responses(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
+                             worker.settings.engine.parallel, engine.grammar_problem, store)
+    chat = parsed.chat
+    check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
+    if not worker.accepts_model(chat.model):
+        raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
+    turn = chat_turn(engine, chat)
+    response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
+                "status": "in_progress", "model": worker.model_id, "output": [], "error": None,
+                "incomplete_details": None, "usage": None, **parsed.echoed}
+    choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
+                              turn.prompt.reasoning)
+    answer = turn.answers()
+    async with generating(worker, choices) as (handle,):
+        if parsed.stream:
+            return await _stream(request, handle, answer, response, parsed)
+        items = OutputItems()
+        reasoning_tokens = await _answer(handle, answer, items, _unsent)
+        finished = handle.finished
+        if finished.reason not in _ENDED:
+            status, body = _failure(finished)
+            return web.json_response(body, status=status)
+        ended = _ended(response, items, finished, reasoning_tokens)
+        _keep(store, parsed, ended)
+        return web.json_response(ended)
+
+
+def _not_found(response_id: str) -> web.Response:
+    problem = Problem("response_id", "a stored response's id", f"no stored response has id {response_id!r} (responses "
+                      "are kept in memory, the most recent ones, until restart)", response_id)
+    return web.json_response(openai_body(Failure(404, "not_found", [problem])), status=404)
+
+
+@routes.get("/v1/responses/{response_id}")
+async def get(request: web.Request) -> web.Response:
+    response_id = request.match_info["response_id"]
+    stored = request.app[RESPONSES].get(response_id)
+    return web.json_response(stored.response) if stored is not None else _not_found(response_id)
+
+
+@routes.delete("/v1/responses/{response_id}")
+async def delete(request: web.Request) -> web.Response:
+    response_id = request.match_info["response_id"]
+    if not request.app[RESPONSES].delete(response_id):
+        return _not_found(response_id)
+    log.info("response_deleted", response_id=response_id)
+    return web.json_response({"id": response_id, "object": "response.deleted", "deleted": True})
+
+
+def stores(app: web.Application) -> None:
+    """Give the app its response store (at build time: an app's keys are fixed once it runs)."""
+    app[RESPONSES] = ResponseStore()
