@@ -41,9 +41,10 @@ def before_call(ctx, case, **kwargs) -> None:
 # top_logprobs needs logprobs, echo excludes logprobs, n is at most --parallel, dimensions is the model's width,
 # one constraint at a time (grammar, response_format or a forced tool call), a named tool_choice names a tool,
 # and (Anthropic) a last message that calls tools needs their results after it.
-# previous_response_id names a response stored earlier in the run, which the fuzzer cannot know.
+# previous_response_id names a response stored earlier in the run, which the fuzzer cannot know; a thinking budget
+# is one field or another (reasoning_effort or reasoning_budget), below max_tokens, and needs a model that thinks.
 RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice",
-              "previous_response_id"}
+              "previous_response_id", "reasoning_effort", "reasoning", "thinking"}
 # A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state:
 # the grammar fields, and the schemas of response_format, output_config.format and of a forced call's tool.
 LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output_config\.format\.schema|"

@@ -61,7 +61,8 @@ async def test_scores_lead_a_generated_answer_streamed_and_not(client):
 
 
 async def test_token_id_prompts_as_lm_eval_sends_them(http, base_url):
-    """lm-eval's local-completions: prompt [[ids]], echo, logprobs 1, max_tokens 1; it sums token_logprobs[ctxlen:-1]."""
+    """lm-eval's local-completions: prompt [[ids]], echo, logprobs 1, max_tokens 1; it sums
+    token_logprobs[ctxlen:-1]."""
     async with http.post(base_url + "/tokenize", json={"content": "Paris is the capital of France"}) as response:
         ids = (await response.json())["tokens"]
     body = {"model": MODEL, "prompt": [ids], "echo": True, "logprobs": 1, "max_tokens": 1, "temperature": 0}

@@ -36,10 +36,12 @@ REPEAT_LAST_N = NumberField("repeat_last_n", "repeat_last_n", 0, 4096, integer=T
 PRESENCE_PENALTY = NumberField("presence_penalty", "presence_penalty", -2, 2, nullable=True)
 FREQUENCY_PENALTY = NumberField("frequency_penalty", "frequency_penalty", -2, 2, nullable=True)
 SEED = NumberField("seed", "seed", 0, 2**64 - 1, integer=True, nullable=True, per_model=False)
+# A thinking model's reasoning tokens before the end-of-thinking marker is written for it (docs/agents-and-evals.md).
+REASONING_BUDGET = NumberField("reasoning_budget", "reasoning_budget", 0, 2**31 - 1, integer=True, nullable=True)
 
 # The OpenAI routes' sampling fields (logit_bias, a map, is read beside them).
 OPENAI_SAMPLING = (TEMPERATURE, TOP_K, TOP_P, MIN_P, REPEAT_PENALTY, REPETITION_PENALTY, REPEAT_LAST_N,
-                   PRESENCE_PENALTY, FREQUENCY_PENALTY, SEED)
+                   PRESENCE_PENALTY, FREQUENCY_PENALTY, SEED, REASONING_BUDGET)
 # The pool-manager contract's: fewer fields, and null only for the seed.
 EXECUTE_SAMPLING = (TEMPERATURE.narrowed(nullable=False), TOP_P.narrowed(nullable=False),
                     TOP_K.narrowed(nullable=False), MIN_P, REPETITION_PENALTY, SEED)

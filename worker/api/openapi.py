@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker import __version__
+from worker.api.budgets import ANTHROPIC_MIN_BUDGET, EFFORT_BUDGETS
 from worker.api.embeddings import ENCODINGS, MAX_INPUTS
 from worker.api.schemas import (EXECUTE_STOP_BYTES, EXECUTE_STOP_STRINGS, MAX_COMPLETION_LOGPROBS, MAX_STOP_BYTES,
                                 MAX_STOP_STRINGS, MAX_TOP_LOGPROBS, ROLES)
@@ -80,6 +81,8 @@ _CHAT_ONLY = {
                     "description": 'or {"type": "function", "function": {"name": <a function in tools>}}: '
                                    "a call of that function"},
     "parallel_tool_calls": {"type": ["boolean", "null"], "description": "a forced answer may hold several calls"},
+    "reasoning_effort": {"enum": [*EFFORT_BUDGETS, None],
+                         "description": "a thinking budget (docs/agents-and-evals.md); not beside reasoning_budget"},
 }
 # A forced call (tool_choice required) needs tools, and samples under its own grammar: no other constraint beside it.
 _FORCED_CALL = [
@@ -97,6 +100,7 @@ _COMPLETION_EXTRAS = {
     # 0: the prompt alone (scored with echo + logprobs, or only prefilled into the prefix cache).
     "max_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
     "max_completion_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
+    "reasoning_budget": {"type": "null", "description": "a raw prompt has no reasoning split: chat turns only"},
 }
 # echo repeats (and scores) the prompt once: not beside several choices.
 _ECHO_ONCE = [{"properties": {"echo": {"enum": [False, None]}}},
@@ -132,7 +136,7 @@ _TOOL_USE_IN = {"type": "object", "required": ["type", "id", "name", "input"], "
     "input": {"type": "object"}}}
 _RESULT_IN = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": {"type": "string", "minLength": 1},
-    "content": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS]}, "is_error": {"type": "boolean"}}}
+    "content": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}]}, "is_error": {"type": "boolean"}}}
 _THINKING_IN = {"type": "object", "required": ["type"], "description": "an earlier turn's thinking: left out",
                 "properties": {"type": {"enum": ["thinking", "redacted_thinking"]}}}
 
@@ -227,6 +231,13 @@ SCHEMAS: dict[str, Any] = {
             "disable_parallel_tool_use": {"type": ["boolean", "null"]}}},
         "metadata": {"type": ["object", "null"]},
         "stream": {"type": ["boolean", "null"]},
+        "thinking": {"oneOf": [
+            {"type": "null"},
+            {"type": "object", "required": ["type", "budget_tokens"], "properties": {
+                "type": {"const": "enabled"},
+                "budget_tokens": {"type": "integer", "minimum": ANTHROPIC_MIN_BUDGET, "maximum": 2**31 - 1,
+                                  "description": "below max_tokens; the model must think"}}},
+            {"type": "object", "required": ["type"], "properties": {"type": {"enum": ["disabled", "adaptive"]}}}]},
         "output_config": {"type": ["object", "null"], "properties": {"format": {"oneOf": [
             {"type": "null"},
             {"type": "object", "required": ["type", "schema"], "properties": {
@@ -268,7 +279,10 @@ SCHEMAS["ResponsesRequest"] = {
     "type": "object", "required": ["input"], "examples": [{"input": "Hi", "max_output_tokens": 8, "stream": True}],
     "properties": {
         "model": {"type": "string"},
-        "input": {"oneOf": [{"type": "string"}, {"type": "array", "minItems": 1, "items": _RESPONSES_ITEM}]},
+        "input": {"oneOf": [{"type": "string"}, {
+            "type": "array", "minItems": 1, "items": _RESPONSES_ITEM, "description": "not only reasoning items",
+            "contains": {"not": {"type": "object", "required": ["type"],
+                                 "properties": {"type": {"const": "reasoning"}}}}}]},
         "instructions": {"type": ["string", "null"], "description": "a system message first; not carried over"},
         "previous_response_id": {"type": ["string", "null"], "description": "a stored response's id"},
         "store": {"type": ["boolean", "null"], "default": True},
@@ -291,7 +305,7 @@ SCHEMAS["ResponsesRequest"] = {
                 "type": {"const": "json_schema"}, "name": {"type": "string"}, "schema": {"type": "object"},
                 "strict": {"type": ["boolean", "null"]}}}]}}},
         "reasoning": {"type": ["object", "null"], "properties": {
-            "effort": {"enum": ["none", "minimal", "low", "medium", "high", "xhigh", None]}}},
+            "effort": {"enum": [*EFFORT_BUDGETS, None]}}},
         "metadata": {"type": ["object", "null"]},
         "user": {"type": ["string", "null"]},
         "truncation": {"enum": ["disabled", None]},

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from worker.api.budgets import effort_budget
 from worker.api.problems import InvalidRequest, Problem, Reader, integral
 from worker.api.structured import GrammarCheck, execute_grammar, openai_grammar
 from worker.api.tools.request import Tools, history_fields, read_tools
@@ -220,8 +221,8 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
             if role in ROLES and content is not None:
                 # OpenAI's newer name for the system role; chat templates written before it know only "system".
                 messages.append({"role": "system" if role == "developer" else role, "content": content, **tool_fields})
-    generation = replace(_openai_generation(r, n_vocab, defaults, max_choices, check_grammar),
-                         logprobs=_chat_logprobs(r))
+    generation = _openai_generation(r, n_vocab, defaults, max_choices, check_grammar)
+    generation = replace(generation, logprobs=_chat_logprobs(r), sampling=effort_budget(r, generation.sampling))
     tools = read_tools(r)
     if tools is not None and tools.forced and generation.sampling.grammar is not None:
         r.problem("tool_choice", "no grammar or JSON response_format beside a forced call",
@@ -251,6 +252,11 @@ def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParam
     r = Reader(body)
     model = r.string("model")
     prompt = _prompt(r, n_vocab)
+    for name in ("reasoning_budget", "reasoning_effort"):
+        if r.body.get(name) is not None:
+            r.problem(name, "not on completions", f"{name} bounds a chat turn's thinking: a completion's prompt has "
+                      "no reasoning split: send it to /v1/chat/completions, /v1/responses or /v1/messages",
+                      r.body[name])
     generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar,
                                                           least_tokens=0))
     r.done()

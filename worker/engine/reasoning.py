@@ -15,6 +15,9 @@ import enum
 
 OPEN_TAG = "<think>"
 CLOSE_TAG = "</think>"
+# Written for the model when its reasoning_budget is spent: the tag, and the blank line thinking models write
+# before their answer (which the split drops), so the answer that follows starts as it would have.
+END_OF_THINKING = CLOSE_TAG + "\n\n"
 
 
 def thinks(template: str | None) -> bool:

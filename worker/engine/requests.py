@@ -36,6 +36,9 @@ class SamplingParams:
     # Set: `grammar` is lazy. The answer is free until it writes the trigger, and the grammar's root starts there
     # (lazy_grammar.py): tool_choice auto's calls.
     grammar_trigger: GrammarTrigger | None = None
+    # A thinking model's reasoning ends after this many tokens: the end-of-thinking marker is written for it and
+    # the answer follows (runner.py). None: it thinks as long as it likes; 0: it answers at once.
+    reasoning_budget: int | None = None
 
 
 @dataclass(frozen=True)

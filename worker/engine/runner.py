@@ -19,7 +19,7 @@ from worker.engine.requests import Event, Finished, FinishReason, PromptLogprobs
 from worker.engine.sampler import Sampler
 from worker.engine.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.detokenizer import StreamingText
-from worker.engine.reasoning import ThinkingSplit
+from worker.engine.reasoning import END_OF_THINKING, ThinkingSplit
 from worker.engine.sequence import Sequence, SequenceState
 
 log = structlog.get_logger(__name__)
@@ -34,6 +34,8 @@ class ModelRunner:
         self.pace = pace  # what the scheduler budgets prefill by
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
+        # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
+        self._end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
         self.decode_s = 0.0  # cumulative time inside llama_decode
 
     def close(self) -> None:
@@ -120,7 +122,7 @@ class ModelRunner:
 
         These are the rows of the chunk's own llama_decode call, read before the next call replaces them: the
         same aligned chunks a prompt is always prefilled in, so the scores are what one-by-one decoding of
-        those tokens reports (README "Prefix cache": aligned prefill matches single-token decode)."""
+        those tokens reports (docs/cache-and-exactness.md: aligned prefill matches single-token decode)."""
         seq = chunk.sequence
         prompt, n_top = seq.prompt, seq.request.prompt_logprobs
         for row, pos in enumerate(range(chunk.start, min(chunk.end, len(prompt) - 1))):
@@ -135,7 +137,12 @@ class ModelRunner:
     def _sample(self, seq: Sequence, row: int, now: float, events: Events) -> None:
         """Draw the sequence's next token from logits row `row` with its own chain."""
         thinking = seq.text.thinking
-        token = seq.sampler.sample(self.model.ctx, row, constrained=thinking is None or not thinking.in_reasoning)
+        reasoning = thinking is not None and thinking.in_reasoning
+        token = self._written(seq, reasoning)
+        if token is None:
+            token = seq.sampler.sample(self.model.ctx, row, constrained=not reasoning)
+            if reasoning:
+                seq.thought += 1
         if token is None:  # the grammar allows no token here (it needs text no token spells)
             self.retire(seq, FinishReason.ERROR, events,
                         f"the grammar allows no token after {len(seq.generated)} generated tokens")
@@ -143,6 +150,20 @@ class ModelRunner:
         if seq.request.logprobs is not None and not self.model.is_eog(token):
             seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
         self._on_token(seq, token, now, events)
+
+    def _written(self, seq: Sequence, reasoning: bool) -> int | None:
+        """The end-of-thinking marker's next token, once the reasoning has spent its budget (None: sample).
+
+        The marker is written whole, one token a step, as if sampled (the logits row still scores it for
+        logprobs); the grammar, which waits for the answer, does not see it."""
+        budget = seq.request.sampling.reasoning_budget
+        if not seq.forced and reasoning and budget is not None and seq.thought >= budget:
+            seq.forced = list(self._end_of_thinking)
+        if not seq.forced:
+            return None
+        token = seq.forced.pop(0)
+        seq.sampler.accept(token)
+        return token
 
     def _decode(self, rows: list[tuple[int, int, Sequence]], sampled: list[Sequence], events: Events,
                 every_row: bool = False) -> bool:

@@ -75,6 +75,10 @@ class Sampler:
             return llama_cpp.llama_sampler_sample(self.chain, ctx, row)
         return self.grammar.sample(self.chain, ctx, row, constrained)
 
+    def accept(self, token: int) -> None:
+        """A token the engine wrote instead of sampling (the end-of-thinking marker): the penalties see it too."""
+        llama_cpp.llama_sampler_accept(self.chain, token)
+
     def free(self) -> None:
         llama_cpp.llama_sampler_free(self.chain)
         if self.grammar is not None:

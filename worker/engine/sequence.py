@@ -38,6 +38,8 @@ class Sequence:
     generated: list[int] = field(default_factory=list)  # sampled tokens; the last is not in the KV yet
     logprobs: list[TokenLogprob] = field(default_factory=list)  # of tokens whose text is not released yet
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # of prompt tokens prefilled so far, when asked
+    thought: int = 0  # tokens sampled inside a thinking model's reasoning, held to the sampling's reasoning_budget
+    forced: list[int] = field(default_factory=list)  # the end-of-thinking marker's tokens still to write
     # Other choices of the same request (n > 1): admitted with this one, they get a copy of its
     # prompt's cells once it is prefilled, and sample their first token from the same logits.
     forks: list[Sequence] = field(default_factory=list)

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from worker.api.tools.answer import Call
+from worker.engine import Finished
 
 Block = dict[str, Any]
 Event = dict[str, Any]
@@ -59,6 +60,10 @@ class Blocks:
                 {"type": "content_block_delta", "index": index,
                  "delta": {"type": "input_json_delta", "partial_json": call.arguments}},
                 {"type": "content_block_stop", "index": index}]
+
+    def finish(self, finished: Finished) -> list[Event]:
+        """The answer ended (however): its last block closes."""
+        return self.close()
 
     def close(self) -> list[Event]:
         """End the open block, if any."""

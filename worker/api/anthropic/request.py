@@ -14,6 +14,7 @@ from typing import Any
 
 from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
+from worker.api.budgets import thinking_budget
 from worker.api.problems import Reader
 from worker.api.schemas import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.structured import GrammarCheck
@@ -37,30 +38,28 @@ _SYSTEM, _USER, _ASSISTANT, _RESULT = ("text",), ("text", "tool_result"), ("text
 
 
 def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
-                   check_grammar: GrammarCheck | None = None, counting: bool = False) -> ChatRequest:
+                   check_grammar: GrammarCheck | None = None, counting: bool = False,
+                   thinks: bool = False) -> ChatRequest:
     """A Messages request over the model's sampling defaults; `counting`: a count_tokens request, which
-    generates nothing and so names no max_tokens."""
+    generates nothing and so names no max_tokens; `thinks`: the model's replies have reasoning to budget."""
     r = Reader(body)
     model = r.string("model")
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, [], {}):
             r.problem(name, "not supported", why, r.body[name])
-    thinking = r.body.get("thinking")
-    if isinstance(thinking, dict) and thinking.get("type") == "enabled":
-        # "adaptive" leaves thinking to the model, and not thinking is its answer.
-        r.problem("thinking", "not supported", "extended thinking with a budget is not supported", thinking)
     metadata = r.body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object", metadata)
     messages, prefill = _conversation(r)
     max_tokens = r.number("max_tokens", required=not counting, low=1, high=2**31 - 1, integer=True)
     sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r, check_grammar))
+    sampling = thinking_budget(r, sampling, max_tokens, thinks)
     stop = r.stop_strings("stop_sequences", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=False)
     stream = r.boolean("stream")
     tools = read_tools(r)
     if tools is not None and tools.forced and sampling.grammar is not None:
         r.problem("tool_choice", "no output_config.format beside a forced tool use",
-                  "a forced tool use samples under its own grammar; send tool_choice auto, or no output_config.format",
+                  "a forced tool use samples under its own grammar: send tool_choice auto, or no output_config.format",
                   r.body.get("tool_choice"))
     r.done()
     return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream), tools=tools, prefill=prefill)

@@ -6,21 +6,23 @@ from __future__ import annotations
 
 import uuid
 from functools import partial
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.anthropic.blocks import Blocks, Event
+from worker.api.anthropic.blocks import Blocks
 from worker.api.anthropic.request import parse_messages
+from worker.api.budgets import thinks
 from worker.api.errors import UnknownModel, anthropic_error
+from worker.api.feed import feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
 from worker.api.problems import parse_json_object
 from worker.api.schemas import ChatRequest, check_prompt_size, prompt_chars
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
 from worker.api.tools.plan import Turn, chat_turn
-from worker.engine import Finished, FinishReason, TokenEvent
+from worker.engine import Finished, FinishReason
 
 routes = web.RouteTableDef()
 
@@ -31,8 +33,6 @@ _FAILURES = {
     FinishReason.TIMEOUT: (504, "api_error"),
     FinishReason.ERROR: (500, "api_error"),
 }
-
-Send = Callable[[list[Event]], Awaitable[None]]
 
 
 def _ending(finished: Finished, answer: Answer) -> dict[str, Any]:
@@ -53,22 +53,6 @@ def _failure(finished: Finished) -> tuple[int, dict[str, Any]]:
     return status, anthropic_error(kind, finished.reason.value, finished.message or finished.reason.value)
 
 
-async def _answer(handle: TrackedHandle, answer: Answer, blocks: Blocks, send: Send) -> None:
-    """The answer into blocks as it comes, each addition's events to `send`."""
-    async for event in handle:
-        if isinstance(event, TokenEvent):
-            release = answer.feed(event.text)
-            await send(blocks.add("thinking", event.reasoning) + blocks.add("text", release.text))
-            for call in release.calls:
-                await send(blocks.call(call))
-    if handle.finished.reason in STOP_REASONS:
-        release = answer.finish()
-        await send(blocks.add("text", release.text))
-        for call in release.calls:
-            await send(blocks.call(call))
-        await send(blocks.close())
-
-
 async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, message: dict[str, Any],
                   input_tokens: int) -> web.StreamResponse:
     response = await sse.open_stream(request)
@@ -77,7 +61,7 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, m
     await send([{"type": "message_start", "message": {
         **message, "content": [], "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}, {"type": "ping"}])
-    await _answer(handle, answer, Blocks(), send)
+    await feed(handle, answer, Blocks(), send, "thinking")
     finished = handle.finished
     if finished.reason not in STOP_REASONS:
         await send([_failure(finished)[1]])
@@ -87,15 +71,12 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, m
     return response
 
 
-async def _unsent(events: list[Event]) -> None:
-    """A whole answer sends nothing as it goes."""
-
-
 async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatRequest, Turn]:
     """The request read and run up to its prompt: as /v1/messages would generate from it."""
     worker = request.app[WORKER]
     engine = worker.require_engine()
-    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting)
+    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
+                          thinks(engine))
     check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
     if not worker.accepts_model(chat.model):
         raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
@@ -121,7 +102,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
         if chat.generation.stream:
             return await _stream(request, handle, answer, message, len(turn.prompt.tokens))
         blocks = Blocks()
-        await _answer(handle, answer, blocks, _unsent)
+        await feed(handle, answer, blocks, unsent, "thinking")
         finished = handle.finished
         if finished.reason not in STOP_REASONS:
             status, body = _failure(finished)

@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from worker.api.tools.answer import Call
+from worker.engine import Finished, FinishReason
 
 Item = dict[str, Any]
 Event = dict[str, Any]  # without its sequence_number, which the sender numbers
@@ -70,6 +71,10 @@ class OutputItems:
                 self._about("response.function_call_arguments.done", item_id=item["id"], name=call.name,
                             arguments=call.arguments),
                 self._about("response.output_item.done", item=dict(item))]
+
+    def finish(self, finished: Finished) -> list[Event]:
+        """The answer ended: the open item closes, "incomplete" when max_output_tokens cut it off."""
+        return self.close("incomplete" if finished.reason is FinishReason.LENGTH else "completed")
 
     def close(self, status: str = "completed") -> list[Event]:
         """End the open item, if any: `status` is "incomplete" when the answer was cut off in it."""

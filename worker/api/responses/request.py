@@ -49,11 +49,11 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False):
             r.problem(name, "not supported", why, r.body[name])
-    truncation = r.string("truncation", "disabled")
+    truncation = _optional(r, "truncation") or "disabled"
     if truncation not in TRUNCATION:
         r.problem("truncation", "disabled", "truncation must be \"disabled\": a prompt that does not fit is refused, "
                   "never cut", truncation)
-    instructions = r.string("instructions")
+    instructions = _optional(r, "instructions")
     previous = _previous(r, store)
     fields: dict[int, int] = {}
     messages = [*previous, *_input(r, body.get("input"), fields, len(previous))]
@@ -67,6 +67,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
         "max_tokens": body.get("max_output_tokens"),
         **_tools(r, body),
         **_text_format(r, body.get("text")),
+        **_effort(r, body.get("reasoning")),
     }
     try:
         chat = parse_chat(chat_body, n_vocab, defaults, max_choices, check_grammar)
@@ -87,9 +88,14 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
     return ResponsesRequest(chat, messages, echoed, stored, stream)
 
 
+def _optional(r: Reader, name: str) -> str | None:
+    """A string field that may be absent or null, as the openai SDK sends what it was not given."""
+    return r.string(name) if r.body.get(name) is not None else None
+
+
 def _previous(r: Reader, store: ResponseStore) -> list[Message]:
     """The stored conversation that previous_response_id continues."""
-    previous_id = r.string("previous_response_id")
+    previous_id = _optional(r, "previous_response_id")
     if previous_id is None:
         return []
     stored = store.get(previous_id)
@@ -206,11 +212,22 @@ def _text_format(r: Reader, text: Any) -> dict[str, Any]:
     return {"response_format": {"type": "json_schema", "json_schema": schema}}
 
 
+def _effort(r: Reader, reasoning: Any) -> dict[str, Any]:
+    """reasoning.effort as chat's reasoning_effort (a thinking budget, worker/api/budgets.py)."""
+    if reasoning is None:
+        return {}
+    if not isinstance(reasoning, dict):
+        r.problem("reasoning", "{\"effort\": ...}", "reasoning must be an object {\"effort\": ...}", reasoning)
+        return {}
+    return {"reasoning_effort": reasoning.get("effort")}
+
+
 # The chat parser's field names -> the Responses request's.
 _RENAMES = [
     (re.compile(r"^response_format\.json_schema\b"), "text.format"),
     (re.compile(r"^response_format\b"), "text.format"),
     (re.compile(r"^max_tokens\b"), "max_output_tokens"),
+    (re.compile(r"^reasoning_effort\b"), "reasoning.effort"),
     (re.compile(r"^(tools\[\d+\])\.function\b"), r"\1"),
     (re.compile(r"^tool_choice\.function\b"), "tool_choice"),
 ]

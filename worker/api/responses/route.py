@@ -9,13 +9,14 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import structlog
 from aiohttp import web
 
 from worker.api import sse
 from worker.api.errors import Failure, UnknownModel, openai_body
+from worker.api.feed import ENDED, feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
 from worker.api.problems import Problem, parse_json_object
 from worker.api.responses.items import Event, OutputItems
@@ -25,39 +26,15 @@ from worker.api.schemas import check_prompt_size, prompt_chars
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
 from worker.api.tools.plan import chat_turn
-from worker.engine import Finished, FinishReason, TokenEvent
+from worker.engine import Finished, FinishReason
 
 log = structlog.get_logger(__name__)
 routes = web.RouteTableDef()
 RESPONSES = web.AppKey("responses", ResponseStore)
 
-_ENDED = (FinishReason.EOS, FinishReason.STOP, FinishReason.LENGTH)
 # The other endings are failures: (HTTP status when nothing was sent yet, error code), as on the chat route.
 _FAILURES = {FinishReason.CANCELLED: (503, "cancelled"), FinishReason.TIMEOUT: (504, "timeout"),
              FinishReason.ERROR: (500, "inference_failed")}
-
-Send = Callable[[list[Event]], Awaitable[None]]
-
-
-async def _answer(handle: TrackedHandle, answer: Answer, items: OutputItems, send: Send) -> int:
-    """The answer into output items as it comes, each addition's events to `send`; returns the reasoning's tokens
-    (those generated up to the last reasoning text: the tokens of the <think> tags are counted with it)."""
-    reasoning_tokens = 0
-    async for event in handle:
-        if isinstance(event, TokenEvent):
-            release = answer.feed(event.text)
-            if event.reasoning:
-                reasoning_tokens = event.tokens
-            await send(items.add("reasoning", event.reasoning) + items.add("text", release.text))
-            for call in release.calls:
-                await send(items.call(call))
-    if handle.finished.reason in _ENDED:
-        release = answer.finish()
-        await send(items.add("text", release.text))
-        for call in release.calls:
-            await send(items.call(call))
-        await send(items.close("incomplete" if handle.finished.reason is FinishReason.LENGTH else "completed"))
-    return reasoning_tokens
 
 
 def _usage(finished: Finished, reasoning_tokens: int) -> dict[str, Any]:
@@ -107,9 +84,9 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, r
     await send([{"type": "response.created", "response": response},
                 {"type": "response.in_progress", "response": response}])
     items = OutputItems()
-    reasoning_tokens = await _answer(handle, answer, items, send)
+    reasoning_tokens = await feed(handle, answer, items, send, "reasoning")
     finished = handle.finished
-    if finished.reason not in _ENDED:
+    if finished.reason not in ENDED:
         error = _failure(finished)[1]["error"]
         await send([{"type": "response.failed", "response": {
             **response, "status": "failed", "output": items.items,
@@ -119,10 +96,6 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, r
     _keep(request.app[RESPONSES], parsed, ended)
     await send([{"type": f"response.{ended['status']}", "response": ended}])
     return stream
-
-
-async def _unsent(events: list[Event]) -> None:
-    """A whole response sends nothing as it goes."""
 
 
 @routes.post("/v1/responses")
@@ -147,9 +120,9 @@ async def create(request: web.Request) -> web.StreamResponse:
         if parsed.stream:
             return await _stream(request, handle, answer, response, parsed)
         items = OutputItems()
-        reasoning_tokens = await _answer(handle, answer, items, _unsent)
+        reasoning_tokens = await feed(handle, answer, items, unsent, "reasoning")
         finished = handle.finished
-        if finished.reason not in _ENDED:
+        if finished.reason not in ENDED:
             status, body = _failure(finished)
             return web.json_response(body, status=status)
         ended = _ended(response, items, finished, reasoning_tokens)

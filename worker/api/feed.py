@@ -1,0 +1,51 @@
+"""One choice's events into a route's content, as they come: Anthropic's blocks, the Responses API's items.
+
+Both build their answer from the same pieces in the same order (reasoning, text, calls once written whole), and
+stream each addition's events through `send`; a whole answer is the same feed with nothing sent.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable, Protocol
+
+from worker.api.generation import TrackedHandle
+from worker.api.tools.answer import Answer, Call
+from worker.engine import Finished, FinishReason, TokenEvent
+
+Event = dict[str, Any]
+Send = Callable[[list[Event]], Awaitable[None]]
+# Endings with an answer to finish; the others are failures, which each route reports in its own shape.
+ENDED = (FinishReason.EOS, FinishReason.STOP, FinishReason.LENGTH)
+
+
+class Content(Protocol):
+    def add(self, kind: str, text: str) -> list[Event]: ...  # kind: the builder's reasoning kind, or "text"
+
+    def call(self, call: Call) -> list[Event]: ...
+
+    def finish(self, finished: Finished) -> list[Event]: ...  # the answer ended: close what is open
+
+
+async def feed(handle: TrackedHandle, answer: Answer, content: Content, send: Send, reasoning: str) -> int:
+    """`reasoning`: the content's kind for a thinking model's reasoning. Returns the tokens generated up to the
+    last reasoning text (the reasoning's tokens, its tags with it)."""
+    reasoning_tokens = 0
+    async for event in handle:
+        if isinstance(event, TokenEvent):
+            release = answer.feed(event.text)
+            if event.reasoning:
+                reasoning_tokens = event.tokens
+            await send(content.add(reasoning, event.reasoning) + content.add("text", release.text))
+            for call in release.calls:
+                await send(content.call(call))
+    if handle.finished.reason in ENDED:
+        release = answer.finish()
+        await send(content.add("text", release.text))
+        for call in release.calls:
+            await send(content.call(call))
+        await send(content.finish(handle.finished))
+    return reasoning_tokens
+
+
+async def unsent(events: list[Event]) -> None:
+    """A whole answer sends nothing as it goes."""
