@@ -4,8 +4,8 @@
 Agents and batch jobs fire several requests at once with the same long instructions. Each round sends
 CLIENTS streamed chat requests together, all with the same ~600-token system prompt that no earlier round
 used and a question of their own; it reports the round's wall time (all answers done) and the mean time to
-first token, averaged over the rounds. Run: .venv/bin/python bench/burst.py [--rounds N] [--clients N]
-(docs/cache-and-exactness.md, "Prefix cache")
+first token, averaged over the rounds. Run: .venv/bin/python bench/run.py burst [--rounds N] [--clients N]
+[--publish]   (bench/BURST.md; docs/cache-and-exactness.md, "Prefix cache")
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.run import (  # noqa: E402
-    LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, environment, find_llama_server, find_model, machine_line,
-    new_session, publish, running_server,
-)
+from bench.client import new_session  # noqa: E402
+from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model  # noqa: E402
+from bench.report import environment, machine_line, publish  # noqa: E402
+from bench.servers import running_server  # noqa: E402
 
 RULE = "You are the assistant of a busy harbour office; answer in one sentence and cite the rule. "
 
@@ -53,12 +53,12 @@ async def rounds(url: str, args: argparse.Namespace) -> tuple[float, float]:
     return statistics.fmean(walls), statistics.fmean(ttfts)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_peer_flags(p, parallel=4, ctx_size=8192, report="BURST.md")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--clients", type=int, default=4)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     cfg = BenchConfig(
         model=find_model(args.model), servers=(WORKER, LLAMA_SERVER), prompt_lengths=(), concurrencies=(),
         requests_per_client=1, level_timeout_s=0, max_tokens=16, parallel=args.parallel, ctx_size=args.ctx_size,
@@ -80,6 +80,8 @@ def main() -> int:
     lines += ["", f"llm-worker / llama-server: round wall time {wall:.2f}x, mean TTFT {ttft:.2f}x (lower is better)"]
     text = "\n".join(lines) + "\n"
     print(text)
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "burst.md").write_text(text)
     if args.publish:
         publish(text, None, "BURST.md", "")
     return 0

@@ -9,7 +9,8 @@ shared-system: one client, N requests one after another, each a long shared syst
 
 Every server loads the same GGUF with the same slots, context and threads, runs alone on the machine, and
 gets the same work (a fixed amount, not a time window). EOS is banned by logit_bias so every answer has
-exactly A tokens. Run: .venv/bin/python bench/chat.py [--publish]   (docs/cache-and-exactness.md, "What exactness costs")
+exactly A tokens. Run: .venv/bin/python bench/run.py chat [--publish]   (bench/CHAT.md, bench/chat.png;
+docs/cache-and-exactness.md, "What exactness costs")
 """
 
 from __future__ import annotations
@@ -27,10 +28,13 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.run import (  # noqa: E402
-    LLAMA_CPP_PY, LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig, PromptFactory, add_peer_flags, environment, machine_line,
-    find_llama_server, find_model, new_session, publish, running_server,
+from bench.client import new_session  # noqa: E402
+from bench.config import (  # noqa: E402
+    LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model,
 )
+from bench.prompts import PromptFactory  # noqa: E402
+from bench.report import environment, machine_line, publish, pyplot, save_chart  # noqa: E402
+from bench.servers import running_server  # noqa: E402
 from worker.engine.library import LIB_PATH_ENV, default_dir  # noqa: E402
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
@@ -211,13 +215,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
 
 def draw_chart(args: argparse.Namespace, results: list[VariantResult], path: Path) -> bool:
     """Mean time to first token per turn, one line per server (matplotlib is optional)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("matplotlib is not installed, so no chart: .venv/bin/pip install matplotlib", file=sys.stderr)
+    if (plt := pyplot()) is None:
         return False
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     turns = range(1, args.turns + 1)
@@ -230,13 +228,10 @@ def draw_chart(args: argparse.Namespace, results: list[VariantResult], path: Pat
     ax.set_title(f"{args.conversations} conversations at once, {args.answer_tokens}-token answers")
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return True
+    return save_chart(plt, fig, path)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_peer_flags(p, parallel=4, ctx_size=8192, report="CHAT.md")
     p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
@@ -246,7 +241,7 @@ def main() -> int:
     p.add_argument("--answer-tokens", type=int, default=48)
     p.add_argument("--shared-requests", type=int, default=6)
     p.add_argument("--shared-tokens", type=int, default=96)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     model = find_model(args.model)
     cfg = BenchConfig(

@@ -4,9 +4,8 @@ setting and micro-batch, and llama-server's (its defaults: f16 cells, flash atte
 
 Each configuration runs its own server alone, serves one greedy 256-token completion after a 1,500-token
 prompt (EOS banned), and reports the worker's RSS once idle (before the request) and at its peak, each less the
-model file and the KV cache it allocated, and decode tok/s. Run: .venv/bin/python bench/kvflags.py
-[--llama-server PATH]
-(docs/cache-and-exactness.md, "KV cache types and flash attention")
+model file and the KV cache it allocated, and decode tok/s. Run: .venv/bin/python bench/run.py kvflags
+[--llama-server PATH]   (the table on stdout; docs/cache-and-exactness.md, "KV cache types and flash attention")
 """
 
 from __future__ import annotations
@@ -19,12 +18,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.run import (  # noqa: E402
-    LLAMA_SERVER, WORKER, BenchConfig, PromptFactory, RequestResult, find_llama_server, find_model, new_session,
-    process_tree_rss, request_body, running_server, stream_completion,
-)
+from bench.client import RequestResult, new_session, request_body, stream_completion  # noqa: E402
+from bench.config import BENCH_DIR, LLAMA_SERVER, MB, WORKER, BenchConfig, find_llama_server, find_model  # noqa: E402
+from bench.prompts import PromptFactory  # noqa: E402
+from bench.servers import process_tree_rss, running_server  # noqa: E402
 
-MB = 1024 * 1024
 # (server, K type, V type, flash attention, prefix-cache mode, --ubatch-size): a quantized V cache needs flash
 # attention, which exact turns off. 512 was the cpu default before 256. llama-server runs with its defaults.
 CONFIGS = [
@@ -40,16 +38,17 @@ IDLE_S = 1.0  # past the engine's idle settle (0.25 s)
 BYTES_PER_CELL = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--llama-server")
-    args = p.parse_args()
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="where the servers' logs go")
+    args = p.parse_args(argv)
     model = find_model(None)
     prompts = PromptFactory(model)
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
     base = BenchConfig(model=model, servers=(), prompt_lengths=(), concurrencies=(), requests_per_client=1,
                        level_timeout_s=0, max_tokens=256, parallel=4, ctx_size=8192, threads=2, temperature=0.0, seed=0,
-                       llama_server_bin=find_llama_server(args.llama_server), out_dir=Path(__file__).resolve().parent / "results", publish=False)
+                       llama_server_bin=find_llama_server(args.llama_server), out_dir=args.out, publish=False)
     f16_kv = prompts.kv_cache_bytes(base.ctx_size)  # f16 K and V: 2 bytes a value each
     model_mb = model.stat().st_size / MB
     print("| server | K | V | flash attention | prefix cache | -ub | peak RSS MB | idle RSS - model - KV MB "

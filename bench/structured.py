@@ -9,7 +9,8 @@ measured in process: grammar setup for the schema (conversion, llama.cpp's parse
 
 Targets (issue 13): json_schema tok/s >= 0.8x the same server without it, >= 1.0x llama-server with the
 same schema; grammar setup < 50 ms. llm-worker runs in its exact (default) and fast prefix-cache modes: fast lets
-llama.cpp use flash attention, as llama-server does. Run: .venv/bin/python bench/structured.py [--publish]
+llama.cpp use flash attention, as llama-server does. Run: .venv/bin/python bench/run.py structured [--publish]
+(bench/STRUCTURED.md)
 """
 
 from __future__ import annotations
@@ -26,10 +27,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import VARIANTS, Turn, chat_turn  # noqa: E402
-from bench.run import (  # noqa: E402
-    LLAMA_SERVER, BenchConfig, PromptFactory, add_peer_flags, environment, find_llama_server, find_model,
-    machine_line, new_session, publish, running_server,
-)
+from bench.client import new_session  # noqa: E402
+from bench.config import LLAMA_SERVER, BenchConfig, add_peer_flags, find_llama_server, find_model  # noqa: E402
+from bench.prompts import PromptFactory  # noqa: E402
+from bench.report import environment, machine_line, publish  # noqa: E402
+from bench.servers import running_server  # noqa: E402
 
 _KINDS = [{"type": "string", "maxLength": 16}, {"type": "integer"}, {"type": "boolean"},
           {"enum": ["low", "medium", "high"]}, {"type": "number"}]
@@ -145,14 +147,14 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[ServerResul
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_peer_flags(p, parallel=1, ctx_size=4096, report="STRUCTURED.md")
     p.add_argument("--variants", default="llm-worker exact,llm-worker fast,llama-server",
                    help="of: " + ", ".join(v[0] for v in VARIANTS))
     p.add_argument("--requests", type=int, default=6, help="requests per mode per server")
     p.add_argument("--max-tokens", type=int, default=400)
-    args = p.parse_args()
+    args = p.parse_args(argv)
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     model = find_model(args.model)
     cfg = BenchConfig(

@@ -12,8 +12,8 @@ in a fresh process per configuration, since ggml reads its settings once per pro
                           (worker/engine/library.py)
 Each exact column also says whether the load-time check (worker/engine/numerics.py) lets exact mode reuse answers
 there, and the last one which build the worker loads for the type (library.py's rule).
-Run: .venv/bin/python bench/weights.py [--types q4_0,q4_1,...] [--publish]
-(docs/cache-and-exactness.md, "Per weight type")
+Run: .venv/bin/python bench/run.py weights [--types q4_0,q4_1,...] [--publish]
+(bench/WEIGHTS.md; docs/cache-and-exactness.md, "Per weight type")
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.run import REPO_DIR, find_model  # noqa: E402
+from bench.config import REPO_DIR, find_model  # noqa: E402
+from bench.report import publish  # noqa: E402
 from worker.engine.config import EngineConfig  # noqa: E402
 from worker.engine.library import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir  # noqa: E402
 
@@ -74,13 +75,13 @@ def speeds(path: Path, env: dict[str, str]) -> tuple[int, int]:
     return max(p for p, _ in rounds), max(d for _, d in rounds)
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="the GGUF to quantize from (default: the test model)")
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--out", type=Path, default=REPO_DIR / "bench" / "results")
     p.add_argument("--publish", action="store_true", help="write bench/WEIGHTS.md")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     model = find_model(args.model)
     default_build, no_llamafile = {LIB_PATH_ENV: str(default_dir())}, {LIB_PATH_ENV: str(NO_LLAMAFILE_DIR)}
@@ -106,7 +107,7 @@ def main() -> int:
             "to llama.cpp's default (what llama-server runs).\n\n" + "\n".join(rows) + "\n")
     (args.out / "weights.md").write_text(text)
     if args.publish:
-        (REPO_DIR / "bench" / "WEIGHTS.md").write_text(text)
+        publish(text, None, "WEIGHTS.md", "")
     print(text)
     return 0
 

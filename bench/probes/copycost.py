@@ -16,7 +16,7 @@ from pathlib import Path
 import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.run import find_model  # noqa: E402
+from bench.config import find_model  # noqa: E402
 from worker.engine import EngineConfig  # noqa: E402
 from worker.engine.model import LlamaModel  # noqa: E402
 

@@ -1,0 +1,83 @@
+"""What every bench's report shares: the machine it ran on, number formatting, matplotlib if installed, and
+publishing a report (and its chart) into bench/ where docs/benchmarks.md links it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.config import BENCH_DIR, MB, BenchConfig
+
+
+def environment(cfg: BenchConfig) -> dict[str, Any]:
+    cpu = platform.processor() or platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    env: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
+                           "python": platform.python_version(), "load_before": os.getloadavg()[0]}
+    if env["load_before"] > 0.5:
+        # Each server spins all its threads; anything else running skews them unpredictably.
+        print(f"warning: load average is {env['load_before']:.1f} before the benchmark; "
+              "numbers from a busy machine are not comparable", file=sys.stderr)
+    if cfg.llama_server_bin:
+        out = subprocess.run([str(cfg.llama_server_bin), "--version"], capture_output=True, text=True, timeout=30)
+        env["llama_server_version"] = " ".join((out.stdout + out.stderr).split("\n")[0:2]).strip()
+    with contextlib.suppress(Exception):
+        import llama_cpp
+
+        env["llama_cpp_python"] = llama_cpp.__version__
+    return env
+
+
+def fmt(template: str, value: float) -> str:
+    return "–" if value != value else template.format(value)
+
+
+def ratio(a: float, b: float) -> float:
+    return a / b if b and b == b and a == a else float("nan")
+
+
+def machine_line(cfg: BenchConfig, env: dict[str, Any]) -> str:
+    """A report's first bullet: the model, the machine, the day and how busy it was when the run began."""
+    model_mb = cfg.model.stat().st_size / MB
+    return (f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env.get('cpu', '')}, {env.get('cores')} cores; "
+            f"{env.get('date', '')}; load average {env.get('load_before', float('nan')):.1f} at the start")
+
+
+def pyplot() -> Any | None:
+    """matplotlib.pyplot drawing to files, or None (with a hint) where matplotlib is not installed: it is optional."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed, so no chart: .venv/bin/pip install matplotlib", file=sys.stderr)
+        return None
+    return plt
+
+
+def save_chart(plt: Any, fig: Any, path: Path) -> bool:
+    """Lay out the figure, write it to path and free it; True, for the caller's "has a chart"."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def publish(report: str, chart: Path | None, name: str, caption: str) -> None:
+    """The report as bench/NAME, and its chart (if drawn) beside it under the chart's own file name."""
+    if chart is not None:
+        shutil.copyfile(chart, BENCH_DIR / chart.name)
+        report += f"\n![{caption}]({chart.name})\n"
+    (BENCH_DIR / name).write_text(report)
