@@ -13,7 +13,7 @@ number of tokens from each), so:
 While sequences are decoding, a step's prefill is held to what the measured pace says fits in
 STALL_FACTOR decode steps (whole ALIGN blocks, at least two): every running stream waits for a
 step's prefill, so a long prompt arriving no longer stops them for most of a second, at the cost
-of its own time to first token (README "Prefill beside running streams").
+of its own time to first token (docs/cache-and-exactness.md, "Prefill beside running streams").
 """
 
 from __future__ import annotations
@@ -26,9 +26,10 @@ from worker.engine.sequence import Sequence, SequenceState
 
 
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
-# has the same aim). bench/run.py's arrivals workload (8 streams, new 400-token prompts), test model, 2 cores:
-# factor 2: ITL p50/p99 111/143 ms, TTFT p50 1,988 ms, 63 tok/s; 4: 80/211, 1,294, 66; 8: 37/371, 1,141, 68;
-# unbounded: 36/656, 2,270, 70. 4 keeps p99 within 4x p50 (README "Prefill beside running streams").
+# has the same aim). The arrivals workload of `bench/run.py throughput` (8 streams, new 400-token prompts), test
+# model, 2 cores: factor 2: ITL p50/p99 111/143 ms, TTFT p50 1,988 ms, 63 tok/s; 4: 80/211, 1,294, 66; 8: 37/371,
+# 1,141, 68; unbounded: 36/656, 2,270, 70. 4 keeps p99 within 4x p50 (docs/cache-and-exactness.md, "Prefill beside
+# running streams").
 STALL_FACTOR = 4.0
 # Weight of the newest step in the running averages of the pace.
 PACE_SMOOTHING = 0.2
