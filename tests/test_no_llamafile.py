@@ -5,11 +5,9 @@ prefill makes. Conversations side by side equal `off` one by one, and each turn 
 
 from __future__ import annotations
 
-import asyncio
 import json
 
-from tests.conftest import start_worker
-from tests.test_prefix_cache import QUESTIONS, cached, converse
+from tests.test_prefix_cache import conversations_beside_off
 
 
 def loaded(log: str) -> dict:
@@ -17,19 +15,7 @@ def loaded(log: str) -> dict:
 
 
 async def test_f16_weights_reuse_answers_side_by_side_and_equal_off(http, quantized, tmp_path):
-    flags = ("--model", str(quantized("f16")), "--parallel", "2", "--ctx-size", "4096")
-    exact, off = start_worker(tmp_path, *flags), start_worker(tmp_path, *flags, "--prefix-cache", "off")
-    try:
-        reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
-        cold = [await converse(http, off.url, q) for q in QUESTIONS[:2]]
-        async with http.get(exact.url + "/health") as response:
-            exactness = (await response.json())["exactness"]
-    finally:
-        assert exact.stop() == 0 and off.stop() == 0
+    side = await conversations_beside_off(http, tmp_path, quantized("f16"))
     expected = {"library": "no-llamafile", "batch_invariant": True, "decoded_cells_exact": True, "answers_reused": True}
-    assert exactness | expected == exactness, exactness
-    assert loaded(exact.log())["library"] == "no-llamafile" and loaded(off.log())["library"] == "no-llamafile"
-    assert [[t["answer"] for t in c] for c in reused] == [[t["answer"] for t in c] for c in cold]
-    for conversation in reused:
-        hits = cached(conversation)
-        assert all(hit > prev["usage"]["prompt_tokens"] for prev, hit in zip(conversation, hits[1:])), hits
+    assert side.exactness | expected == side.exactness, side.exactness
+    assert loaded(side.exact.log())["library"] == "no-llamafile" and loaded(side.off.log())["library"] == "no-llamafile"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -106,10 +107,17 @@ async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_wh
         assert all(t["usage"]["prompt_tokens"] - hit < ALIGN + 60 + 40 for t, hit in zip(conversation[1:], hits[1:]))
 
 
-async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
-    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked (kernels.py), so the
-    conversations, side by side, still equal `off` one by one, and each turn starts past the previous answer."""
-    flags = ("--model", str(quantized("q4_k_m")), "--parallel", "2", "--ctx-size", "4096")
+@dataclass(frozen=True)
+class SideBySide:
+    exact: WorkerProcess  # stopped; its log stays readable
+    off: WorkerProcess
+    exactness: dict  # the exact worker's /health "exactness"
+
+
+async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, model: Path) -> SideBySide:
+    """Two conversations side by side on an exact worker serving `model`, one after another on an `off` one: the
+    same answers, and each exact turn starts past the previous prompt (the previous answer's cells reused)."""
+    flags = ("--model", str(model), "--parallel", "2", "--ctx-size", "4096")
     exact, off = start_worker(tmp_path, *flags), start_worker(tmp_path, *flags, "--prefix-cache", "off")
     try:
         reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
@@ -118,11 +126,18 @@ async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, q
             exactness = (await response.json())["exactness"]
     finally:
         assert exact.stop() == 0 and off.stop() == 0
-    assert exactness | {"tiled_mm": False, "repack": False, "answers_reused": True} == exactness, exactness
     assert [[t["answer"] for t in c] for c in reused] == [[t["answer"] for t in c] for c in cold]
     for conversation in reused:
         hits = cached(conversation)
         assert all(hit > prev["usage"]["prompt_tokens"] for prev, hit in zip(conversation, hits[1:])), hits
+    return SideBySide(exact, off, exactness)
+
+
+async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
+    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked (kernels.py), so the
+    conversations, side by side, still equal `off` one by one, and each turn starts past the previous answer."""
+    exactness = (await conversations_beside_off(http, tmp_path, quantized("q4_k_m"))).exactness
+    assert exactness | {"tiled_mm": False, "repack": False, "answers_reused": True} == exactness, exactness
 
 
 async def test_multi_turn_streamed_reports_cached_tokens(http, base_url):
