@@ -36,6 +36,7 @@ class BenchConfig:
     publish: bool
     worker_args: tuple[str, ...] = ()  # extra `llm-worker serve` flags (bench/chat.py runs its cache modes)
     worker_env: tuple[tuple[str, str], ...] = ()  # extra environment for llm-worker (e.g. LLAMA_CPP_LIB_PATH)
+    peer_args: tuple[str, ...] = ()  # extra llama-server flags (bench/speculative.py's --spec-type)
 
     @property
     def ctx_per_slot(self) -> int:

@@ -43,7 +43,7 @@ def server_command(name: str, cfg: BenchConfig, port: int) -> tuple[list[str], s
             "-np", str(cfg.parallel), "-c", str(cfg.ctx_size), "-t", str(cfg.threads), "-tb", str(cfg.threads),
             # Keep the web UI and the host-memory prompt cache out of the measurement: neither
             # helps this workload (every prompt is distinct) and the cache would inflate RSS.
-            "--no-webui", "--cache-ram", "0",
+            "--no-webui", "--cache-ram", "0", *cfg.peer_args,
         ], "/health"
     if name == LLAMA_CPP_PY:
         return [

@@ -22,7 +22,7 @@ async def test_health_and_ready(http, base_url):
                 "cache_type_v": "f16",
                 "attention_pinned": True,
                 "tiled_mm": False, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
-                "answers_reused": True}
+                "answers_reused": True, "speculative": "none", "drafts_keep_text": None}
     async with http.get(base_url + "/v1/ready") as response:
         body = await response.json()
     assert body["ready"] is True and body["model_loaded"] is True and body["state"] in ("idle", "busy")
@@ -45,7 +45,9 @@ async def test_execute_stream_shape_and_max_tokens(http, base_url):
     assert [t["i"] for t in tokens] == list(range(len(tokens)))
     metrics, end, done = events[-3:]
     assert metrics["type"] == "metrics" and metrics["tokens_per_sec"] > 0
-    assert set(end) == {"type", "tokens_out", "prompt_tokens_cached", "decode_time_ms", "stop_reason"}
+    assert set(end) == {"type", "tokens_out", "prompt_tokens_cached", "decode_time_ms", "draft_tokens",
+                        "draft_accepted_tokens", "stop_reason"}
+    assert end["draft_tokens"] == end["draft_accepted_tokens"] == 0  # no --spec-type
     assert (end["type"], end["tokens_out"], end["stop_reason"], done) == ("end", 16, "MAX_TOKENS", "[DONE]")
     # Decoding (first token to last) fits inside the whole request, and spans about what the client saw
     # between the first and last token events (which may each carry several tokens).

@@ -114,11 +114,13 @@ class SideBySide:
     exactness: dict  # the exact worker's /health "exactness"
 
 
-async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, model: Path) -> SideBySide:
-    """Two conversations side by side on an exact worker serving `model`, one after another on an `off` one: the
-    same answers, and each exact turn starts past the previous prompt (the previous answer's cells reused)."""
+async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, model: Path,
+                                   *exact_flags: str) -> SideBySide:
+    """Two conversations side by side on an exact worker serving `model` (with `exact_flags`), one after another
+    on an `off` one: the same answers, and each exact turn starts past the previous prompt (the previous answer's
+    cells reused)."""
     flags = ("--model", str(model), "--parallel", "2", "--ctx-size", "4096")
-    exact, off = start_worker(tmp_path, *flags), start_worker(tmp_path, *flags, "--prefix-cache", "off")
+    exact, off = start_worker(tmp_path, *flags, *exact_flags), start_worker(tmp_path, *flags, "--prefix-cache", "off")
     try:
         reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
         cold = [await converse(http, off.url, q) for q in QUESTIONS[:2]]

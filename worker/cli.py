@@ -10,6 +10,7 @@ import click
 
 from worker import __version__
 from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
+from worker.engine.config import DRAFT_MAX, MAX_DRAFT
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
@@ -137,6 +138,20 @@ def cli() -> None:
          default="deepseek", show_default=True,
          help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "
               "apart, as reasoning_content; none: left in the answer as written.")
+@_option("--spec-type", env="SPEC_TYPE", section=GENERATION, type=click.Choice(["none", "ngram", "draft"]),
+         default="none", show_default=True,
+         help="Speculative decoding: each step verifies drafted tokens behind a sequence's row, and keeps them "
+              "while they are what it samples.  ngram: drafts from the prompt and the answer so far (prompt "
+              "lookup); draft: from --model-draft. Text is unchanged where the load-time check allows (exact mode "
+              "on the cpu backend); elsewhere the worker says so at startup.")
+@_option("--model-draft", "-md", env="MODEL_DRAFT", section=GENERATION, type=click.Path(path_type=Path),
+         default=None, help="The draft model for --spec-type draft: a .gguf with the model's vocabulary.")
+@_option("--draft-max", env="DRAFT_MAX", section=GENERATION, type=click.IntRange(min=0, max=MAX_DRAFT),
+         default=DRAFT_MAX, show_default=True,
+         help="Drafted tokens a sequence puts in one step, at most (a request's draft_max may lower it; 0: off). "
+              "Each step drafts only what its measured cost says pays.")
+@_option("--draft-min", env="DRAFT_MIN", section=GENERATION, type=click.IntRange(min=0, max=MAX_DRAFT), default=0,
+         show_default=True, help="A draft shorter than this is not verified.")
 @_option("--embeddings", env="EMBEDDINGS", section=GENERATION, is_flag=True, default=False,
          help="Serve /v1/embeddings from a second llama.cpp context on the same weights; an input may hold "
               "up to --ubatch-size tokens.")

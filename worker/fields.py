@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from worker.engine.config import MAX_DRAFT
+
 
 @dataclass(frozen=True)
 class NumberField:
@@ -38,10 +40,12 @@ FREQUENCY_PENALTY = NumberField("frequency_penalty", "frequency_penalty", -2, 2,
 SEED = NumberField("seed", "seed", 0, 2**64 - 1, integer=True, nullable=True, per_model=False)
 # A thinking model's reasoning tokens before the end-of-thinking marker is written for it (docs/agents-and-evals.md).
 REASONING_BUDGET = NumberField("reasoning_budget", "reasoning_budget", 0, 2**31 - 1, integer=True, nullable=True)
+# Speculative decoding per request: at most this many drafted tokens a step (capped by --draft-max); 0: none.
+DRAFT_MAX = NumberField("draft_max", "draft_max", 0, MAX_DRAFT, integer=True, nullable=True, per_model=False)
 
 # The OpenAI routes' sampling fields (logit_bias, a map, is read beside them).
 OPENAI_SAMPLING = (TEMPERATURE, TOP_K, TOP_P, MIN_P, REPEAT_PENALTY, REPETITION_PENALTY, REPEAT_LAST_N,
-                   PRESENCE_PENALTY, FREQUENCY_PENALTY, SEED, REASONING_BUDGET)
+                   PRESENCE_PENALTY, FREQUENCY_PENALTY, SEED, REASONING_BUDGET, DRAFT_MAX)
 # The pool-manager contract's: fewer fields, and null only for the seed.
 EXECUTE_SAMPLING = (TEMPERATURE.narrowed(nullable=False), TOP_P.narrowed(nullable=False),
                     TOP_K.narrowed(nullable=False), MIN_P, REPETITION_PENALTY, SEED)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine.config import EngineConfig, default_ubatch_size
+from worker.engine.drafts import SpecType
 from worker.engine.prefix_cache import CacheMode
 from worker.errors import WorkerError
 from worker.logs import default_format
@@ -43,6 +44,7 @@ def settings_from_flags(flags: dict) -> Settings:
     engine_fields = {name: flags[name] for name in (
         "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
+        "model_draft", "draft_max", "draft_min",
     )}
     backend = flags["backend"].lower()
     ubatch = flags["ubatch_size"]
@@ -50,6 +52,10 @@ def settings_from_flags(flags: dict) -> Settings:
     if flags["pooling"] and not flags["embeddings"]:
         raise WorkerError(f"--pooling {flags['pooling']} only applies to embeddings: add --embeddings")
     engine_fields["prefix_cache"] = CacheMode(flags["prefix_cache"])
+    engine_fields["spec_type"] = SpecType(flags["spec_type"])
+    if (flags["spec_type"] == "draft") != (flags["model_draft"] is not None):
+        raise WorkerError("--spec-type draft and --model-draft PATH go together: a draft model drafts only under "
+                          "--spec-type draft, and that needs one")
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]
     engine = EngineConfig(backend=backend, **engine_fields)

@@ -98,6 +98,8 @@ def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
         queue_ms=round(finished.queue_s * 1e3, 1),
         ttft_ms=round(finished.ttft_s * 1e3, 1),
         tokens_per_s=round(decode_tps, 1) if decode_tps else None,
+        draft_tokens=finished.draft_tokens,
+        draft_accepted=finished.draft_accepted,
         e2e_ms=round(e2e_s * 1e3, 1),
         message=finished.message or None,
     )

@@ -60,6 +60,11 @@ class Metrics:
         self.prompt_tokens_cached = Counter("llm_worker_prompt_tokens_cached",
                                             "Of those, tokens whose KV the prefix cache supplied.", registry=r)
         self.generated_tokens = Counter("llm_worker_generated_tokens", "Tokens generated.", registry=r)
+        self.draft_tokens = Counter("llm_worker_draft_tokens", "Drafted tokens verified (speculative decoding).",
+                                    registry=r)
+        self.draft_accepted = Counter("llm_worker_draft_accepted_tokens",
+                                      "Of those, accepted: generated tokens that took no step of their own.",
+                                      registry=r)
         self.requests = Counter("llm_worker_requests", "Finished requests by finish reason.",
                                 ["finish_reason"], registry=r)
         r.register(_EngineGauges(stats))
@@ -73,6 +78,8 @@ class Metrics:
         self.prompt_tokens.inc(finished.prompt_tokens)
         self.prompt_tokens_cached.inc(finished.cached_tokens)
         self.generated_tokens.inc(finished.completion_tokens)
+        self.draft_tokens.inc(finished.draft_tokens)
+        self.draft_accepted.inc(finished.draft_accepted)
         self.queue.observe(finished.queue_s)
         if finished.completion_tokens:
             self.ttft.observe(finished.ttft_s)

@@ -251,8 +251,8 @@ SCHEMAS: dict[str, Any] = {
             "type": {"type": "string"}, "code": {"type": "string"}, "message": {"type": "string"},
             "errors": {"type": "array", "description": "each problem apart, as on the OpenAI routes"}}}}},
     "EmbeddingRequest": {"type": "object", "required": ["input"], "properties": {
-        "input": {"oneOf": [_PROMPT, _TOKEN_IDS, {"type": "array", "minItems": 1, "maxItems": MAX_INPUTS,
-                                                 "items": {"oneOf": [_PROMPT, _TOKEN_IDS]}}]},
+        "input": {"oneOf": [_PROMPT, _ref("PromptTokenIds"), {"type": "array", "minItems": 1, "maxItems": MAX_INPUTS,
+                                                             "items": {"oneOf": [_PROMPT, _ref("PromptTokenIds")]}}]},
         "model": {"type": "string"},
         "encoding_format": {"enum": list(ENCODINGS)},
         "dimensions": {"type": "integer", "minimum": 1, "description": "the model's width: vectors are never cut"},
@@ -393,7 +393,8 @@ _HEALTH = {"description": "healthy", **_json({"type": "object", "properties": {
         "cache_type_k": {"type": "string"}, "cache_type_v": {"type": "string"}, "attention_pinned": {"type": "boolean"},
         "tiled_mm": {"type": "boolean"}, "repack": {"type": "boolean"},
         "decoded_cells_exact": {"type": ["boolean", "null"]}, "batch_invariant": {"type": ["boolean", "null"]},
-        "answers_reused": {"type": "boolean"}}}}})}
+        "answers_reused": {"type": "boolean"}, "speculative": {"enum": ["none", "ngram", "draft"]},
+        "drafts_keep_text": {"type": ["boolean", "null"]}}}}})}
 
 _TEXT_BLOCK = _event("text", {"text": _TEXT})
 _THINKING_BLOCK = _event("thinking", {"thinking": _TEXT, "signature": _TEXT})

@@ -73,6 +73,8 @@ def _end_events(finished: Finished, vram: int) -> list[dict]:
         "tokens_out": finished.completion_tokens,
         "prompt_tokens_cached": finished.cached_tokens,
         "decode_time_ms": round(finished.decode_s * 1e3),
+        "draft_tokens": finished.draft_tokens,
+        "draft_accepted_tokens": finished.draft_accepted,
         "stop_reason": _STOP_REASONS[finished.reason],
     }
     if finished.stop_sequence is not None:

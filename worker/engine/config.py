@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from worker.engine.attention import Attention, plan_attention
+from worker.engine.drafts import SpecType
 from worker.engine.prefix_cache import CacheMode
 
 # --ubatch-size on the cpu backend. Its compute buffer, in RAM there, grows with the micro-batch (the attention
 # scores are ubatch x KV cells x heads floats): 256 holds ~24 MiB less than llama.cpp's 512 on the test model after
 # a 1,500-token prompt and prefilled no slower (docs/cache-and-exactness.md, "KV cache types and flash attention").
 CPU_UBATCH_SIZE = 256
+
+# --draft-max (llama-server's --spec-draft-n-max is 3 for a draft model, 48 for its n-gram lookups): long copied
+# runs are where drafts pay on the CPU (drafts.py), and the rule in drafts.py cuts each draft to what pays.
+DRAFT_MAX = 16
+# The most --draft-max (and a request's draft_max) may be: a step's rows grow with it.
+MAX_DRAFT = 64
 
 
 def default_ubatch_size(backend: str) -> int:
@@ -46,6 +54,10 @@ class EngineConfig:
     reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
     embeddings: bool = False  # a second context for /v1/embeddings (engine/embeddings.py)
     pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
+    spec_type: SpecType = SpecType.NONE  # speculative decoding's drafts (speculation.py)
+    model_draft: Path | None = None  # the draft model's GGUF, for SpecType.DRAFT
+    draft_max: int = DRAFT_MAX  # drafted tokens a sequence puts in one step, at most
+    draft_min: int = 0  # fewer than this are not worth verifying: the sequence drafts none
 
     def attention(self, head_size: int | None = None) -> Attention:
         """Flash attention and the KV cells' types for this mode and backend (WorkerError for flags that clash)."""

@@ -46,6 +46,10 @@ class Exactness:
     decoded_cells_exact: bool | None
     batch_invariant: bool | None
     answers_reused: bool  # answers' cells reused: fast mode, or exact where the load-time check measured them equal
+    speculative: str  # --spec-type: none | ngram | draft
+    # Drafts cannot change the text: the load-time check found a sequence's rows decoded together equal to
+    # one-token decodes, beside other rows, on a backend whose yes is trusted, in exact or off mode; None: no drafts.
+    drafts_keep_text: bool | None
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -74,7 +78,11 @@ class Engine:
         `chat_template` replaces the GGUF's own and `template_kwargs` sets its variables (models.toml).
         """
         model = LlamaModel(path, config, progress)
-        engine = cls(model, loop, chat_template, template_kwargs)
+        try:
+            engine = cls(model, loop, chat_template, template_kwargs)
+        except BaseException:  # a draft model that cannot draft for it, say
+            model.close()
+            raise
         if progress is not None:
             progress("warmup", 0, 1)
         engine._thread.start()
@@ -94,7 +102,20 @@ class Engine:
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
                         "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type and backend "
                         "docs/cache-and-exactness.md lists as exact")
+        if engine.exactness.drafts_keep_text is False:
+            log.warning("drafts_may_change_text", reason=engine._drafts_reason(),
+                        fix="serve in exact mode on the cpu backend, or with --spec-type none")
         return engine
+
+    def _drafts_reason(self) -> str:
+        numerics = self.numerics
+        if self.model.config.prefix_cache is CacheMode.FAST:
+            return "fast mode lets llama.cpp pick kernels by batch shape, so a drafted row may compute differently"
+        if not numerics.trusted:
+            return (f"the load-time check is not trusted on the {self.model.config.backend} backend"
+                    f"{' with rpc' if self.model.config.rpc_servers else ''}: its kernels change with batch shape")
+        return ("the load-time check found a sequence's rows decoded together unequal to one-token decodes, or a row "
+                "changed by the rows beside it: greedy text with drafts may differ from text without")
 
     def _run(self) -> None:
         # Every decode, the warm-up included, runs on this one thread: ggml's OpenMP
@@ -102,7 +123,9 @@ class Engine:
         # thread measured 3x slower (36 ms vs 11 ms a token on the test model).
         try:
             self.model.warm_up()
-            if self.model.config.prefix_cache is CacheMode.EXACT:
+            self._steps.measure_passes()
+            config = self.model.config
+            if config.prefix_cache is CacheMode.EXACT or (self._steps.speculator and config.prefix_cache is CacheMode.OFF):
                 self.numerics = measure(self.model)
                 if self.numerics.answers_reusable:
                     self._steps.cache.trust_decoded_cells()
@@ -120,7 +143,14 @@ class Engine:
                          attention.cache_type_k, attention.cache_type_v, attention.pinned, kernels.tiled_mm,
                          kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
                          # answers' cells reused: fast mode, or exact where the numerics allow (numerics.py)
-                         self._steps.cache.every_cell)
+                         self._steps.cache.every_cell, self.model.config.spec_type.value,
+                         self._drafts_keep_text)
+
+    @property
+    def _drafts_keep_text(self) -> bool | None:
+        if self._steps.speculator is None:
+            return None
+        return self.model.config.prefix_cache is not CacheMode.FAST and self.numerics.drafts_keep_text
 
     @property
     def n_ctx_seq(self) -> int:

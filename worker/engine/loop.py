@@ -22,6 +22,9 @@ from worker.engine.requests import FinishReason
 from worker.engine.runner import Events, ModelRunner, finished_event
 from worker.engine.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
 from worker.engine.sequence import Sequence, SequenceState
+from worker.engine.draft_model import DraftModel
+from worker.engine.drafts import SpecType
+from worker.engine.speculation import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]
 
@@ -44,7 +47,10 @@ class EngineLoop:
         budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
         pace = Pace()
         self._scheduler = Scheduler(self.cache, budget, pace)
-        self._runner = ModelRunner(model, self.cache, max(budget, self.config.parallel), pace)
+        self.speculator = speculator(model)
+        # A step's rows: a prefill chunk, or every slot's decode row with its draft.
+        rows = max(budget, self.config.parallel * (1 + (self.config.draft_max if self.speculator else 0)))
+        self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator)
         # Embedding jobs decode in their own context, but on this thread: never two llama_decode calls at once.
         self._embeds: deque[EmbeddingJob] = deque()
         self._embedder = Embedder(model) if model.embed_ctx else None
@@ -96,6 +102,11 @@ class EngineLoop:
 
     # -- the engine thread ---------------------------------------------------------
 
+    def measure_passes(self) -> None:
+        """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes)."""
+        if self.speculator:
+            self._runner.measure_passes()
+
     def run(self) -> None:
         try:
             while self._step():
@@ -103,6 +114,8 @@ class EngineLoop:
         finally:
             self._finish_all(FinishReason.CANCELLED, "the worker is shutting down")
             self._runner.close()
+            if self.speculator:
+                self.speculator.close()
             if self._embedder is not None:
                 self._embedder.close()
 
@@ -181,6 +194,16 @@ class EngineLoop:
                 self._embedder.fail_all(self._embeds, message)
         if events:
             self._dispatch(events)
+
+
+def speculator(model: LlamaModel) -> Speculator | None:
+    """The worker's speculative decoding, as --spec-type asks; None: none."""
+    config = model.config
+    if config.spec_type is SpecType.NONE or config.draft_max == 0:
+        return None
+    if config.spec_type is SpecType.DRAFT:
+        return Speculator(config, DraftModel(config.model_draft, config, model))
+    return Speculator(config, PromptLookup())
 
 
 def _finish_waiting(seq: Sequence, reason: FinishReason, message: str, events: Events) -> None:

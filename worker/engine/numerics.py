@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import llama_cpp
 
+from worker.engine.drafts import SpecType
 from worker.engine.model import LlamaModel
 
 # The probe: PROBE_TOKENS prefilled as one chunk (as large as a real prompt's chunks, so that kernels which change
@@ -33,6 +34,9 @@ PROBE_TOKENS = 64
 # Four shapes, 30 one-token decodes: a check with 98 made a worker's start take minutes when two workers started
 # at once on 2 cores (ggml's threads spin against each other).
 SHAPES = ((21, 16), (48, 8), (58, 4), (60, 2))
+# Speculative decoding's verify call: this many rows of slot 0 in one llama_decode (its last decode row and a draft),
+# beside a decode row of slot 1, against the same tokens decoded one at a time.
+VERIFY_ROWS = 5
 # Rows of another slot beside the probe's last row: one (a decode row) and a prefill chunk's worth, past the
 # 8 rows where ggml's tiled K-quant matmul takes over.
 BESIDE_ROWS = 16
@@ -45,10 +49,18 @@ class Numerics:
     decoded_cells_exact: bool | None  # an answer's cells, made token by token, bitwise what a prefill makes
     batch_invariant: bool | None  # a row's logits the same whatever other sequences share its llama_decode
     trusted: bool = False  # a yes here stands for every shape: the CPU backend alone, without rpc
+    # A sequence's rows decoded together (a decode row and its draft) each get a one-token decode's logits;
+    # None: not measured (no speculative decoding).
+    verify_rows_exact: bool | None = None
 
     @property
     def answers_reusable(self) -> bool:
         return bool(self.trusted and self.decoded_cells_exact and self.batch_invariant)
+
+    @property
+    def drafts_keep_text(self) -> bool:
+        """Verified drafts leave every logits row as decoding without them makes it (speculation.py)."""
+        return bool(self.trusted and self.batch_invariant and self.verify_rows_exact)
 
 
 def measure(model: LlamaModel) -> Numerics:
@@ -57,8 +69,9 @@ def measure(model: LlamaModel) -> Numerics:
     config = model.config
     if model.n_ctx_seq < PROBE_TOKENS or min(config.batch_size, config.ubatch_size) < PROBE_TOKENS:
         return Numerics(None, None)
+    verify = verify_rows_match_decodes(model) if config.spec_type is not SpecType.NONE else None
     return Numerics(decode_matches_prefill(model), row_ignores_batch(model) if config.parallel > 1 else True,
-                    trusted=config.backend == "cpu" and not config.rpc_servers)
+                    trusted=config.backend == "cpu" and not config.rpc_servers, verify_rows_exact=verify)
 
 
 def decode_matches_prefill(model: LlamaModel) -> bool:
@@ -94,6 +107,29 @@ def row_ignores_batch(model: LlamaModel) -> bool:
             if not alone or _decode_rows(model, batch, [row] + [(tokens[pos], pos, 1, False) for pos in range(beside)]) != alone:
                 return False
         return True
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        for slot in (0, 1):
+            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+
+
+def verify_rows_match_decodes(model: LlamaModel) -> bool:
+    """Slot 0's next VERIFY_ROWS tokens decoded one at a time, then together in one call beside a row of slot 1:
+    each row the same logits? (Slot 1 needs a second slot; with one, the rows are decoded alone.)"""
+    tokens = _probe_tokens(model)
+    start = PROBE_TOKENS - VERIFY_ROWS
+    rows = [(tokens[pos], pos, 0, True) for pos in range(start, PROBE_TOKENS)]
+    beside = [(tokens[0], 0, 1, False)] if model.config.parallel > 1 else []
+    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
+    try:
+        _logits_after(model, batch, tokens[:start], [(0, start)])
+        alone = [_decode_rows(model, batch, [row]) for row in rows]
+        llama_cpp.llama_memory_seq_rm(model.memory, 0, start, -1)
+        if _decode_rows(model, batch, rows + beside) is False:
+            return False
+        size = model.n_vocab * ctypes.sizeof(ctypes.c_float)
+        together = [ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, i), size) for i in range(len(rows))]
+        return all(isinstance(a, bytes) for a in alone) and alone == together
     finally:
         llama_cpp.llama_batch_free(batch)
         for slot in (0, 1):

@@ -39,6 +39,9 @@ class SamplingParams:
     # A thinking model's reasoning ends after this many tokens: the end-of-thinking marker is written for it and
     # the answer follows (runner.py). None: it thinks as long as it likes; 0: it answers at once.
     reasoning_budget: int | None = None
+    # Speculative decoding: drafted tokens a step may verify for this request, at most the worker's --draft-max
+    # (None: that); 0 turns drafting off. Drafts never change the text where the load-time check allows them.
+    draft_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,8 @@ class Finished:
     queue_s: float = 0.0  # submit -> admitted to a slot
     ttft_s: float = 0.0  # submit -> first generated token
     decode_s: float = 0.0  # first token -> last token
+    draft_tokens: int = 0  # speculative decoding: drafted tokens verified
+    draft_accepted: int = 0  # of those, accepted (each one a generated token that took no step of its own)
 
     @property
     def decode_tokens_per_s(self) -> float | None:

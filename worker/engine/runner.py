@@ -8,6 +8,7 @@ logits is sampled right after its call, by the sequence's own native chain.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import llama_cpp
 import structlog
@@ -21,17 +22,32 @@ from worker.engine.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.detokenizer import StreamingText
 from worker.engine.reasoning import END_OF_THINKING, ThinkingSplit
 from worker.engine.sequence import Sequence, SequenceState
+from worker.engine.speculation import Speculator
 
 log = structlog.get_logger(__name__)
 
 Events = list[tuple[Sequence, Event]]
+# Row counts measure_passes times: the sizes a step with drafts makes, coarser as they grow.
+CALIBRATION_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row of a llama_decode call."""
+
+    token: int
+    pos: int
+    seq: Sequence
+    logits: bool  # computed for sampling (or scoring)
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace) -> None:
+    def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace,
+                 speculator: Speculator | None = None) -> None:
         self.model = model
         self.cache = cache
         self.pace = pace  # what the scheduler budgets prefill by
+        self.speculator = speculator  # None: no speculative decoding
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
@@ -55,23 +71,71 @@ class ModelRunner:
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
         seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, seq.prompt)
+        if self.speculator:
+            self.speculator.start(seq)
         reasoning = seq.request.reasoning
         seq.text = StreamingText(seq.request.stop, ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
 
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
-            rows = [(seq.generated[-1], seq.n_past, seq) for seq in plan.decode]
-            started = self.decode_s
-            if self._decode(rows, plan.decode, events):
-                self.pace.observe_decode(self.decode_s - started)
-                now = time.monotonic()
-                for row, seq in enumerate(plan.decode):
-                    seq.n_past += 1
-                    self._sample(seq, row, now, events)
+            self._decode_step(plan.decode, events)
         for chunk in plan.prefill:
             self._prefill(chunk, events)
         if plan.settle is not None:
             self._settle(plan.settle)
+
+    def _decode_step(self, decode: list[Sequence], events: Events) -> None:
+        """One row for each generating sequence, each followed by its draft if it drafts (speculation.py)."""
+        drafts = self.speculator.drafts(decode) if self.speculator else {}
+        rows = []
+        for seq in decode:
+            draft = drafts.get(seq, ())
+            rows.append(Row(seq.generated[-1], seq.n_past, seq, True))
+            rows.extend(Row(token, seq.n_past + 1 + i, seq, True) for i, token in enumerate(draft))
+        started = self.decode_s
+        if not self._decode(rows, events):
+            return
+        seconds = self.decode_s - started
+        self.pace.observe_decode(seconds)
+        if self.speculator:
+            self.speculator.observe_call([(seq.slot, 1 + len(drafts.get(seq, ()))) for seq in decode], seconds)
+        now, row = time.monotonic(), 0
+        for seq in decode:
+            draft = drafts.get(seq, ())
+            self._verify(seq, draft, row, now, events)
+            row += 1 + len(draft)
+
+    def _verify(self, seq: Sequence, draft: list[int] | tuple, row: int, now: float, events: Events) -> None:
+        """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
+        logits are then those of the tokens the sequence really has, and its sample is the next token."""
+        accepted = 0
+        seq.n_past += 1
+        token = self._sample(seq, row, now, events)
+        while accepted < len(draft) and token == draft[accepted] and seq.state is SequenceState.DECODING:
+            accepted += 1
+            seq.n_past += 1  # the drafted token's cell holds what the sequence has
+            token = self._sample(seq, row + accepted, now, events)
+        if draft:
+            # The rejected tokens' cells: nothing may read or reuse them.
+            llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, seq.n_past, -1)
+            self.speculator.verified(seq, len(draft), accepted)
+
+    def measure_passes(self) -> None:
+        """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
+        machine's costs from the first step (speculation.py). Before any request, on the engine thread."""
+        batch, slot = self._batch, 0
+        for rows in CALIBRATION_ROWS:
+            if rows > self.speculator.draft_max + 1:
+                break
+            for _ in range(2):
+                for i in range(rows):
+                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = i, i, 1
+                    batch.seq_id[i][0], batch.logits[i] = slot, True
+                batch.n_tokens = rows
+                started = time.perf_counter()
+                if llama_cpp.llama_decode(self.model.ctx, batch) == 0:
+                    self.speculator.observe_call([(slot, rows)], time.perf_counter() - started)
+                llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
 
     def _settle(self, settle: Settle) -> None:
         """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk."""
@@ -94,12 +158,15 @@ class ModelRunner:
     def _prefill(self, chunk: Chunk, events: Events) -> None:
         seq = chunk.sequence
         prompt = seq.prompt
-        rows = [(prompt[pos], pos, seq) for pos in range(chunk.start, chunk.end)]
-        started = self.decode_s
         scored = seq.request.prompt_logprobs is not None
-        if not self._decode(rows, [seq] if chunk.completes_prompt else [], events, every_row=scored):
+        rows = [Row(prompt[pos], pos, seq, scored or (chunk.completes_prompt and pos == chunk.end - 1))
+                for pos in range(chunk.start, chunk.end)]
+        started = self.decode_s
+        if not self._decode(rows, events):
             return
         self.pace.observe_prefill(self.decode_s - started, len(rows))
+        if self.speculator:
+            self.speculator.observe_call([(seq.slot, len(rows))], self.decode_s - started)
         seq.n_past = chunk.end
         if scored:
             self._score_prompt(chunk)
@@ -134,8 +201,8 @@ class ModelRunner:
         fork.n_past, fork.cached = parent.n_past, parent.cached
         fork.state = SequenceState.DECODING
 
-    def _sample(self, seq: Sequence, row: int, now: float, events: Events) -> None:
-        """Draw the sequence's next token from logits row `row` with its own chain."""
+    def _sample(self, seq: Sequence, row: int, now: float, events: Events) -> int | None:
+        """Draw the sequence's next token from logits row `row` with its own chain (None: none, it retired)."""
         thinking = seq.text.thinking
         reasoning = thinking is not None and thinking.in_reasoning
         token = self._written(seq, reasoning)
@@ -146,10 +213,11 @@ class ModelRunner:
         if token is None:  # the grammar allows no token here (it needs text no token spells)
             self.retire(seq, FinishReason.ERROR, events,
                         f"the grammar allows no token after {len(seq.generated)} generated tokens")
-            return
+            return None
         if seq.request.logprobs is not None and not self.model.is_eog(token):
             seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
         self._on_token(seq, token, now, events)
+        return token
 
     def _written(self, seq: Sequence, reasoning: bool) -> int | None:
         """The end-of-thinking marker's next token, once the reasoning has spent its budget (None: sample).
@@ -165,19 +233,15 @@ class ModelRunner:
         seq.sampler.accept(token)
         return token
 
-    def _decode(self, rows: list[tuple[int, int, Sequence]], sampled: list[Sequence], events: Events,
-                every_row: bool = False) -> bool:
-        """One llama_decode over `rows` (token, position, sequence); logits for the last row of each sampled one,
-        or for every row (`every_row`: a prompt being scored)."""
+    def _decode(self, rows: list[Row], events: Events) -> bool:
+        """One llama_decode over `rows`; False (their sequences retired) if it failed."""
         batch = self._batch
-        wanted = {id(seq) for seq in sampled}
-        last_row = {id(seq): i for i, (_, _, seq) in enumerate(rows)}
-        for i, (token, pos, seq) in enumerate(rows):
-            batch.token[i] = token
-            batch.pos[i] = pos
+        for i, row in enumerate(rows):
+            batch.token[i] = row.token
+            batch.pos[i] = row.pos
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq.slot
-            batch.logits[i] = every_row or (id(seq) in wanted and last_row[id(seq)] == i)
+            batch.seq_id[i][0] = row.seq.slot
+            batch.logits[i] = row.logits
         batch.n_tokens = len(rows)
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, batch)
@@ -185,13 +249,16 @@ class ModelRunner:
         if rc == 0:
             return True
         # Nothing of this call can be trusted; end its sequences, keep serving the others.
-        log.error("decode_failed", status=rc, sequences=len({id(seq) for _, _, seq in rows}))
-        for seq in {id(seq): seq for _, _, seq in rows}.values():
+        failed = {id(row.seq): row.seq for row in rows}.values()
+        log.error("decode_failed", status=rc, sequences=len(failed))
+        for seq in failed:
             self.retire(seq, FinishReason.ERROR, events, f"llama_decode failed with status {rc}")
         return False
 
     def _on_token(self, seq: Sequence, token: int, now: float, events: Events) -> None:
         seq.generated.append(token)
+        if seq.draft is not None and seq.draft.history is not None:
+            seq.draft.history.append(token)
         seq.last_token_at = now
         if len(seq.generated) == 1:
             seq.first_token_at = now
@@ -263,4 +330,6 @@ def finished_event(seq: Sequence, reason: FinishReason, message: str) -> Finishe
         queue_s=(seq.admitted_at or time.monotonic()) - seq.submitted_at,
         ttft_s=first - seq.submitted_at if first else 0.0,
         decode_s=seq.last_token_at - first if first else 0.0,
+        draft_tokens=seq.draft.drafted if seq.draft else 0,
+        draft_accepted=seq.draft.accepted if seq.draft else 0,
     )

@@ -11,6 +11,7 @@ from worker.engine.detokenizer import StreamingText
 from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
+    from worker.engine.drafts import DraftState
     from worker.engine.handle import RequestHandle
     from worker.engine.sampler import Sampler
 
@@ -40,6 +41,7 @@ class Sequence:
     prompt_logprobs: list[TokenLogprob] = field(default_factory=list)  # of prompt tokens prefilled so far, when asked
     thought: int = 0  # tokens sampled inside a thinking model's reasoning, held to the sampling's reasoning_budget
     forced: list[int] = field(default_factory=list)  # the end-of-thinking marker's tokens still to write
+    draft: DraftState | None = None  # speculative decoding's state; None: this sequence does not draft
     # Other choices of the same request (n > 1): admitted with this one, they get a copy of its
     # prompt's cells once it is prefilled, and sample their first token from the same logits.
     forks: list[Sequence] = field(default_factory=list)

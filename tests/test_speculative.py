@@ -1,0 +1,212 @@
+"""Speculative decoding (--spec-type ngram|draft) never changes the text: greedy and seeded answers equal a worker
+without drafts, alone and four at once, with prompts longer than a step's prefill; drafts are counted in logs,
+/metrics and the pool-manager's end event; a draft model with another vocabulary is a startup error naming both."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import aiohttp
+import gguf
+import pytest
+from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+from tests.conftest import REPO, WorkerProcess, start_worker
+from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
+from tests.test_prefix_cache import conversations_beside_off
+from worker.engine.drafts import Acceptance, Candidate, PassCosts, micro_batches, plan_drafts
+from worker.engine.ngram import TokenHistory
+
+FLAGS = ("--parallel", "4", "--ctx-size", "8192")
+# Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
+# (more than one 256-token prefill chunk), and open-ended questions, where drafts are mostly rejected.
+SOURCES = ("worker/engine/draw.py", "worker/engine/handle.py", "worker/timefmt.py", "worker/engine/ngram.py")
+COPYING = [f"Quote the following code exactly:\n\n{(REPO / path).read_text()[:1400]}" for path in SOURCES]
+OPEN_ENDED = ["Write a short story about a lighthouse keeper.", "List ten fruits and one fact about each."]
+GREEDY = {"temperature": 0, "max_tokens": 120}
+
+
+@pytest.fixture(scope="module")
+def ngram_worker(tmp_path_factory: pytest.TempPathFactory):
+    process = start_worker(tmp_path_factory.mktemp("ngram"), *FLAGS, "--spec-type", "ngram")
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+async def answers(http: aiohttp.ClientSession, url: str, prompts: list[str], together: bool, **extra) -> list[str]:
+    async def one(prompt: str) -> str:
+        body = {"messages": [{"role": "user", "content": prompt}], **GREEDY, **extra}
+        return completion_text(await openai_once(http, url + "/v1/chat/completions", body))
+
+    if together:
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+    return [await one(p) for p in prompts]
+
+
+async def draft_counters(http: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    async with http.get(url + "/metrics") as response:
+        text = await response.text()
+    value = lambda name: float(re.search(rf"^{name} (\S+)$", text, re.M)[1])  # noqa: E731
+    return value("llm_worker_draft_tokens_total"), value("llm_worker_draft_accepted_tokens_total")
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "four-at-once"])
+async def test_ngram_drafts_leave_greedy_text_unchanged(http, base_url, ngram_worker, together):
+    prompts = COPYING + OPEN_ENDED
+    before = await draft_counters(http, ngram_worker.url)
+    drafted = await answers(http, ngram_worker.url, prompts, together)
+    assert drafted == await answers(http, base_url, prompts, together)
+    after = await draft_counters(http, ngram_worker.url)
+    assert after[0] > before[0] and after[1] > before[1], (before, after)  # drafts were made, and kept
+    assert after[1] - before[1] < after[0] - before[0]  # and some rejected: the rejecting path ran too
+
+
+async def test_seeded_sampling_draws_the_same_text_with_drafts(http, base_url, ngram_worker):
+    """Each kept token is what the chain sampled from its row, one draw per token as without drafts."""
+    body = {"temperature": 0.7, "seed": 1234, "max_tokens": 120}
+    prompt = COPYING[0]
+    ours = await answers(http, ngram_worker.url, [prompt], False, **body)
+    assert ours == await answers(http, base_url, [prompt], False, **body)
+
+
+async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
+    async with http.get(ngram_worker.url + "/health") as response:
+        exactness = (await response.json())["exactness"]
+    assert exactness["speculative"] == "ngram" and exactness["drafts_keep_text"] is True, exactness
+    assert "drafts_may_change_text" not in ngram_worker.log()
+
+
+async def test_drafts_are_reported_per_request(http, ngram_worker):
+    """request_done logs and the pool-manager's end event count drafted and accepted tokens; draft_max 0 drafts none."""
+    events = await execute(http, ngram_worker.url, {"job_id": "spec-1", "prompt": COPYING[1], "max_tokens": 100,
+                                                    "temperature": 0})
+    end = next(e for e in events if isinstance(e, dict) and e.get("type") == "end")
+    assert end["draft_tokens"] >= end["draft_accepted_tokens"] > 0, end
+    before = await draft_counters(http, ngram_worker.url)
+    await answers(http, ngram_worker.url, [COPYING[1]], False, draft_max=0)
+    assert await draft_counters(http, ngram_worker.url) == before
+    done = [json.loads(line) for line in ngram_worker.log().splitlines() if '"request_done"' in line]
+    assert any(d["draft_tokens"] > 0 for d in done) and done[-1]["draft_tokens"] == 0
+
+
+async def test_draft_max_out_of_range_is_a_400(http, ngram_worker):
+    async with http.post(ngram_worker.url + "/v1/chat/completions",
+                         json={"messages": [{"role": "user", "content": "hi"}], "draft_max": 65}) as response:
+        assert response.status == 400
+        assert "draft_max" in await response.text()
+
+
+async def test_cancelled_mid_draft_leaves_no_cell_reused_wrongly(http, ngram_worker):
+    """A stream cut off while it drafts: its slot is freed, and the same prompt again answers as a cold worker."""
+    body = {"messages": [{"role": "user", "content": COPYING[2]}], **GREEDY, "stream": True}
+    for _ in range(3):
+        async with http.post(ngram_worker.url + "/v1/chat/completions", json=body) as response:
+            seen = 0
+            async for line in response.content:
+                seen += line.startswith(b"data:")
+                if seen == 30:
+                    break  # leaving the block closes the connection mid-stream
+    full = await answers(http, ngram_worker.url, [COPYING[2]], False)
+    streamed = await openai_stream(http, ngram_worker.url + "/v1/chat/completions", {**body, "stream": True})
+    assert [streamed.text] == full
+    assert (await wait_idle(http, ngram_worker.url))["running"] == 0
+
+
+async def test_multi_turn_with_drafts_reuses_answers_and_equals_off(http, tmp_path, model_path):
+    """The exact cache with drafting on: conversations side by side equal `off`, each turn past the last answer."""
+    side = await conversations_beside_off(http, tmp_path, model_path, "--spec-type", "ngram")
+    assert side.exactness["answers_reused"] is True and side.exactness["speculative"] == "ngram"
+
+
+@pytest.fixture(scope="module")
+def draft_worker(quantized, tmp_path_factory: pytest.TempPathFactory):
+    """A draft model made from the test model itself: quantized to Q4_0, so the vocabulary is the same."""
+    process = start_worker(tmp_path_factory.mktemp("draft"), *FLAGS, "--spec-type", "draft",
+                           "--model-draft", str(quantized("q4_0")))
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "four-at-once"])
+async def test_a_draft_model_leaves_greedy_text_unchanged(http, base_url, draft_worker, together):
+    prompts = COPYING + OPEN_ENDED[:1]
+    before = await draft_counters(http, draft_worker.url)
+    assert await answers(http, draft_worker.url, prompts, together) == await answers(http, base_url, prompts, together)
+    after = await draft_counters(http, draft_worker.url)
+    assert after[1] > before[1], (before, after)
+
+
+def another_vocabulary(model: Path, out: Path) -> Path:
+    """The test model with two tokens' texts swapped: the same shapes, another vocabulary."""
+    reader = gguf.GGUFReader(model)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
+    copy_with_new_metadata(reader, gguf.GGUFWriter(out, arch=arch, endianess=reader.endianess), {
+        "tokenizer.ggml.tokens": MetadataDetails(gguf.GGUFValueType.ARRAY, tokens,
+                                                 sub_type=gguf.GGUFValueType.STRING)}, [])
+    return out
+
+
+def test_a_draft_model_with_another_vocabulary_is_a_startup_error(model_path, tmp_path):
+    other = another_vocabulary(model_path, tmp_path / "other-vocab.gguf")
+    worker: WorkerProcess = start_worker(tmp_path, "--spec-type", "draft", "--model-draft", str(other), wait=False)
+    assert worker.process.wait(120) != 0
+    lines = [line for line in worker.log().splitlines() if "vocabularies differ" in line]
+    assert lines and "other-vocab.gguf" in lines[0] and model_path.name in lines[0], worker.log()[-2000:]
+    assert "token 1000" in lines[0]
+
+
+def test_spec_type_draft_needs_a_draft_model(tmp_path):
+    worker = start_worker(tmp_path, "--spec-type", "draft", wait=False)
+    assert worker.process.wait(60) != 0
+    assert "--spec-type draft and --model-draft PATH go together" in worker.log()
+
+
+# -- the rule, without a model (worker/engine/drafts.py, worker/engine/ngram.py) ------------------------------
+
+def cpu_costs() -> PassCosts:
+    """Pass costs as bench/probes/verifycost.py measured them on 2 cores (ms by rows)."""
+    costs = PassCosts()
+    for rows, ms in ((1, 6.3), (2, 12.4), (3, 15.9), (4, 18.9), (8, 29.5), (16, 49.0), (17, 52.0)):
+        costs.observe(rows, ms / 1e3)
+    return costs
+
+
+def test_llama_cpp_splits_uneven_and_gapped_rows_into_passes():
+    assert micro_batches([(0, 1), (1, 1), (2, 1), (3, 1)]) == [4]
+    assert micro_batches([(0, 5), (1, 1), (2, 1), (3, 1)]) == [4, 4]  # split_equal: the same rows from each
+    assert micro_batches([(0, 1), (2, 1)]) == [1, 1]  # slots one after another only
+    assert micro_batches([(0, 5), (1, 5), (3, 2)]) == [10, 2]
+
+
+def test_prompt_lookup_drafts_what_followed_the_longest_match():
+    history = TokenHistory([9, 1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 4])
+    assert history.proposal(3) == ([5, 6, 7], 4)
+    history.append(5)
+    assert history.proposal(16) == ([6, 7, 8, 1, 2, 3, 4, 5], 4)  # up to the end of the history
+    assert TokenHistory([256, 1, 0, 0, 1]).proposal(3) == ([], 0)  # no match across token boundaries
+
+
+def test_drafts_are_weighed_by_cost_and_acceptance():
+    costs = cpu_costs()
+    assert plan_drafts([0], [Candidate(0, 16, 0.95)], PassCosts(), 0) == {}  # nothing measured yet
+    long = plan_drafts([0], [Candidate(0, 16, 0.97)], costs, 0)
+    assert long[0] >= 8  # a copying sequence drafts long
+    assert plan_drafts([0], [Candidate(0, 16, 0.6)], costs, 0) == {}  # an unlikely draft is not worth a row
+    assert plan_drafts([0], [Candidate(0, 3, 0.97)], costs, 4) == {}  # shorter than --draft-min
+    together = plan_drafts([0, 1, 2, 3], [Candidate(slot, 16, 0.97) for slot in range(4)], costs, 0)
+    assert len(set(together.values())) == 1 and len(together) == 4  # the same count: one pass
+
+
+def test_a_rejected_draft_backs_off_and_is_tried_again_later():
+    acceptance = Acceptance(prior=0.9)
+    acceptance.observe(drafted=8, accepted=0)
+    low = acceptance.rate
+    assert low < 0.7
+    for _ in range(30):
+        acceptance.skipped()
+    assert low < acceptance.rate <= 0.9

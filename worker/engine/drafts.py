@@ -1,0 +1,184 @@
+"""Speculative decoding's rule: how many drafted tokens each sequence puts in a step, from what they cost and how
+often they are accepted. Free of llama_cpp; the runner verifies, ngram.py and draft_model.py propose.
+
+A sequence's drafts ride in the step's one llama_decode call behind its decode row, so a step with k drafted
+tokens computes k more rows. On the CPU rows are not free (bench/probes/verifycost.py, test model, 2 cores: one
+row 6.3 ms, two 12.4, four 18.9, eight 29.5, sixteen 49), and llama.cpp splits a batch into micro-batches that
+take the same number of rows from each of a run of slots numbered one after another (split_equal): a sequence
+drafting alone beside other decode rows adds a pass over the weights of its own. So a draft is worth its rows
+only when the tokens it is expected to add beat the step's own rate, and the rule asks exactly that, with the
+costs the worker measured on this machine (PassCosts) and each sequence's acceptance so far (Acceptance).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from worker.engine.ngram import TokenHistory
+
+# Weight of the newest observation in a pass's running cost.
+COST_SMOOTHING = 0.2
+# A kind of draft's acceptance: accepted and rejected drafts are counted with this decay per verified draft, and
+# per proposal not drafted, so a kind that stopped drafting tries again later (an exponential back-off: its
+# estimate drifts back to the prior).
+ACCEPTANCE_DECAY = 0.9
+# A draft must promise this much more of the step's tokens per second than the step without it: the estimates are
+# rough, and a draft that only breaks even on paper loses on average (open-ended answers, bench/speculative.py).
+MARGIN = 0.15
+# How many tokens' worth a kind of draft's prior acceptance counts (see Acceptance).
+PRIOR_WEIGHT = 2.0
+
+
+class SpecType(str, enum.Enum):
+    NONE = "none"
+    NGRAM = "ngram"  # prompt lookup: ngram.py
+    DRAFT = "draft"  # a smaller model with the same vocabulary: draft_model.py
+
+
+@dataclass
+class Acceptance:
+    """How likely a drafted token is to be accepted: a geometric model's estimate from decayed counts (tokens
+    accepted; drafts cut short by a rejected token), with a prior. Kept for each kind of draft (an n-gram size, a
+    draft model) over all sequences, and for each sequence, whose prior is its draft kind's rate: the kind says
+    what such drafts are worth on this model, the sequence whether its own text is one that copies."""
+
+    prior: float = 0.0
+    accepted: float = 0.0
+    rejected: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.rate_over(self.prior)
+
+    def rate_over(self, prior: float) -> float:
+        return (self.accepted + prior * PRIOR_WEIGHT) / (self.accepted + self.rejected + PRIOR_WEIGHT)
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        self.accepted = self.accepted * ACCEPTANCE_DECAY + accepted
+        self.rejected = self.rejected * ACCEPTANCE_DECAY + (accepted < drafted)
+
+    def skipped(self) -> None:
+        self.accepted *= ACCEPTANCE_DECAY
+        self.rejected *= ACCEPTANCE_DECAY
+
+
+def expected_tokens(rate: float, drafted: int) -> float:
+    """Tokens a draft of `drafted` adds on average: the first is accepted with `rate`, each next one too if the
+    one before was."""
+    if rate >= 1.0:
+        return float(drafted)
+    return rate * (1 - rate ** drafted) / (1 - rate)
+
+
+def micro_batches(rows: list[tuple[int, int]]) -> list[int]:
+    """How llama.cpp's split_equal cuts a decode call of (slot, rows) sequences, in slot order, with one KV stream
+    per slot: each micro-batch takes a run of slots numbered one after another and the same number of rows from
+    each, as many as the run's shortest has left. The rows of each micro-batch, in order."""
+    first, last = rows[0][0], rows[-1][0]
+    if last - first == len(rows) - 1 and all(n == rows[0][1] for _, n in rows):  # most calls: one pass
+        return [rows[0][1] * len(rows)]
+    left = [[slot, n] for slot, n in rows if n > 0]
+    passes = []
+    while left:
+        run = [left[0]]
+        for entry in left[1:]:
+            if entry[0] != run[-1][0] + 1:
+                break
+            run.append(entry)
+        take = min(n for _, n in run)
+        for entry in run:
+            entry[1] -= take
+        passes.append(take * len(run))
+        left = [entry for entry in left if entry[1] > 0]
+    return passes
+
+
+@dataclass
+class PassCosts:
+    """What one pass over the weights costs by the rows it holds, as measured on this machine: every llama_decode
+    of one micro-batch (decode steps, prefill chunks) updates its row count's running average."""
+
+    seconds: dict[int, float] = field(default_factory=dict)
+    _estimates: dict[int, float | None] = field(default_factory=dict)  # of(), until the next observation
+
+    def observe(self, rows: int, seconds: float) -> None:
+        old = self.seconds.get(rows)
+        self.seconds[rows] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
+        self._estimates.clear()
+
+    def of(self, rows: int) -> float | None:
+        """A pass of `rows`: measured, else between the nearest measured row counts (a straight line), else
+        beyond the largest at its cost per row; None before anything was measured."""
+        if rows in self.seconds:
+            return self.seconds[rows]
+        if rows not in self._estimates:
+            self._estimates[rows] = self._estimate(rows)
+        return self._estimates[rows]
+
+    def _estimate(self, rows: int) -> float | None:
+        below = max((n for n in self.seconds if n < rows), default=None)
+        above = min((n for n in self.seconds if n > rows), default=None)
+        if below is None and above is None:
+            return None
+        if above is None:
+            return self.seconds[below] * rows / below
+        if below is None:
+            return self.seconds[above] * rows / above
+        share = (rows - below) / (above - below)
+        return self.seconds[below] + share * (self.seconds[above] - self.seconds[below])
+
+    def of_call(self, rows: list[tuple[int, int]]) -> float | None:
+        costs = [self.of(n) for n in micro_batches(rows)]
+        return None if None in costs else sum(costs)
+
+
+# The draft lengths plan_drafts weighs (and a proposal's own length): finer where a row more or less matters most.
+# Weighing every length cost 0.4 ms a step with four sequences drafting, a step being ~20 ms.
+DRAFT_LENGTHS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+
+
+def _counts(least: int, most: int) -> list[int]:
+    return [n for n in DRAFT_LENGTHS if least <= n < most] + ([most] if most >= least else [])
+
+
+@dataclass(frozen=True)
+class Candidate:
+    slot: int
+    available: int  # tokens the sequence could draft now (its proposal's length, its budget)
+    rate: float  # its acceptance estimate
+
+
+def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts, least: int) -> dict[int, int]:
+    """How many tokens each candidate drafts this step (slot -> count; absent: none).
+
+    `slots`: every decode row's slot, in order; `least`: --draft-min. Weighed: the most promising j candidates
+    (by acceptance) all drafting the same count, for each j and count; the same count keeps the call one pass over
+    the weights where their slots are neighbours. The option with the most expected tokens per second is taken if
+    it beats the step without drafts by MARGIN. Until the costs are measured nobody drafts."""
+    base = costs.of_call([(slot, 1) for slot in slots])
+    if base is None:
+        return {}
+    least = max(1, least)
+    ranked = sorted(candidates, key=lambda c: -c.rate)
+    best, best_rate = {}, (1 + MARGIN) * len(slots) / base
+    for j in range(1, len(ranked) + 1):
+        top = ranked[:j]
+        for count in _counts(least, max(c.available for c in top)):
+            counts = {c.slot: min(count, c.available) for c in top}
+            tokens = len(slots) + sum(expected_tokens(c.rate, counts[c.slot]) for c in top)
+            rate = tokens / costs.of_call([(slot, 1 + counts.get(slot, 0)) for slot in slots])
+            if rate > best_rate:
+                best, best_rate = counts, rate
+    return best
+
+
+@dataclass
+class DraftState:
+    """One sequence's drafting: what it has searchable (prompt lookup), how its drafts fared."""
+
+    history: TokenHistory | None  # prompt + output, for prompt lookup; None when a draft model proposes
+    kind: int = 0  # the kind of its draft in this step (the proposer's: an n-gram size)
+    acceptance: Acceptance = field(default_factory=Acceptance)  # its own drafts' (rate_over its kind's rate)
+    drafted: int = 0  # drafted tokens verified
+    accepted: int = 0  # of those, accepted

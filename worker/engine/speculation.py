@@ -1,0 +1,121 @@
+"""A step's drafts: which decode rows carry drafted tokens behind them, and what each verified draft teaches.
+
+The proposer says what a sequence could draft (prompt lookup: ngram.py; a draft model: draft_model.py), the rule
+in drafts.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
+sequence's own chain and keeps drafted tokens while they equal what was sampled. Every kept token is the token
+the sequence would have sampled from those logits anyway, so where a row's logits do not depend on the rows
+beside it (the load-time check, numerics.py) drafts cannot change the text, greedy or seeded.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from worker.engine.config import EngineConfig
+from worker.engine.drafts import Acceptance, Candidate, DraftState, PassCosts, SpecType, micro_batches, plan_drafts
+from worker.engine.ngram import NGRAM_PRIORS, TokenHistory
+from worker.engine.sequence import Sequence
+
+
+class Proposer(Protocol):
+    priors: dict[int, float]  # each kind of draft's prior acceptance (drafts.Acceptance)
+
+    def available(self, seq: Sequence, limit: int) -> tuple[int, int]:
+        """How many tokens `seq` could draft now (at most `limit`), and of which kind."""
+
+    def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
+        """Each sequence's draft of (at most) its count."""
+
+    def close(self) -> None:
+        """Free what it holds (a draft model's context)."""
+
+
+class PromptLookup:
+    """Drafts from the sequence's own prompt and output (ngram.py); a draft's kind is its n-gram's size."""
+
+    priors = NGRAM_PRIORS
+
+    def available(self, seq: Sequence, limit: int) -> tuple[int, int]:
+        tokens, n = seq.draft.history.proposal(limit)
+        return len(tokens), n
+
+    def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
+        return {seq: seq.draft.history.proposal(count)[0] for seq, count in counts.items()}
+
+    def close(self) -> None:
+        pass
+
+
+class Speculator:
+    def __init__(self, config: EngineConfig, proposer: Proposer) -> None:
+        self.kind = config.spec_type
+        self.draft_max = config.draft_max
+        self.draft_min = config.draft_min
+        self.proposer = proposer
+        self.costs = PassCosts()
+        self.acceptance = {kind: Acceptance(prior) for kind, prior in proposer.priors.items()}
+        self.drafted = 0  # every sequence's, for /metrics
+        self.accepted = 0
+
+    def start(self, seq: Sequence) -> None:
+        """A sequence drafts unless its request turned drafting off (draft_max 0)."""
+        if self._limit(seq) > 0:
+            history = TokenHistory(seq.prompt) if self.kind is SpecType.NGRAM else None
+            seq.draft = DraftState(history)
+
+    def _limit(self, seq: Sequence) -> int:
+        asked = seq.request.sampling.draft_max
+        return self.draft_max if asked is None else min(asked, self.draft_max)
+
+    def drafts(self, decode: list[Sequence]) -> dict[Sequence, list[int]]:
+        """This step's drafts, for some of the decode rows' sequences (in slot order)."""
+        candidates, offered = [], {}
+        least = max(1, self.draft_min)
+        for seq in decode:
+            if seq.draft is None:
+                continue
+            # Every kept draft token is one more generated token: never past max_tokens.
+            room = min(self._limit(seq), seq.request.max_tokens - len(seq.generated) - 1)
+            if room < least:
+                continue
+            available, kind = self.proposer.available(seq, room)
+            if available >= least:
+                rate = seq.draft.acceptance.rate_over(self.acceptance[kind].rate)
+                candidates.append(Candidate(seq.slot, available, rate))
+                offered[seq.slot] = seq, kind
+        if not candidates:
+            return {}
+        counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min)
+        for slot, (seq, kind) in offered.items():
+            if slot in counts:
+                seq.draft.kind = kind
+            else:
+                self.acceptance[kind].skipped()
+                seq.draft.acceptance.skipped()
+        return self.proposer.propose({offered[slot][0]: count for slot, count in counts.items()})
+
+    def close(self) -> None:
+        self.proposer.close()
+
+    def verified(self, seq: Sequence, drafted: int, accepted: int) -> None:
+        state = seq.draft
+        self.acceptance[state.kind].observe(drafted, accepted)
+        state.acceptance.observe(drafted, accepted)
+        state.drafted += drafted
+        state.accepted += accepted
+        self.drafted += drafted
+        self.accepted += accepted
+
+    def observe_call(self, rows: list[tuple[int, int]], seconds: float) -> None:
+        """A llama_decode of (slot, rows) sequences took `seconds`: each of its passes' costs, the time shared
+        between them as the estimates share it (a rough split, but one that keeps the costs of the passes a
+        drafting step makes close to what they really take: rows far into a long context cost more)."""
+        passes = micro_batches(rows)
+        estimates = [self.costs.of(n) for n in passes]
+        if len(passes) == 1 or None in estimates:
+            if len(passes) == 1:
+                self.costs.observe(passes[0], seconds)
+            return
+        scale = seconds / sum(estimates)
+        for n, estimate in zip(passes, estimates):
+            self.costs.observe(n, estimate * scale)
