@@ -17,7 +17,9 @@ from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metada
 from tests.conftest import REPO, WorkerProcess, start_worker
 from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
 from tests.test_prefix_cache import conversations_beside_off
-from worker.engine.drafts import Acceptance, Candidate, PassCosts, micro_batches, plan_drafts
+from worker.engine.drafts import (
+    EXPLORE_EVERY, Acceptance, Candidate, PassCosts, StepYields, micro_batches, plan_drafts,
+)
 from worker.engine.ngram import TokenHistory
 
 FLAGS = ("--parallel", "4", "--ctx-size", "8192")
@@ -210,3 +212,16 @@ def test_a_rejected_draft_backs_off_and_is_tried_again_later():
     for _ in range(30):
         acceptance.skipped()
     assert low < acceptance.rate <= 0.9
+
+
+def test_drafting_that_measured_slower_at_a_load_is_only_tried_now_and_then():
+    yields = StepYields()
+    yields.observe(4, 4, 0.020, drafted=False)  # 200 tok/s without drafts at four rows
+    yields.observe(4, 6, 0.040, drafted=True)  # 150 with
+    yields.observe(1, 1, 0.006, drafted=False)
+    assert yields.worth_trying(1)  # nothing measured with drafts at one row: try
+    tries = [yields.worth_trying(4) for _ in range(2 * EXPLORE_EVERY)]
+    assert tries.count(True) == 2 and tries[EXPLORE_EVERY - 1]
+    for _ in range(3):
+        yields.observe(4, 20, 0.050, drafted=True)  # copying answers: 400 tok/s, and the average passes 200
+    assert all(yields.worth_trying(4) for _ in range(3))

@@ -86,6 +86,7 @@ class ModelRunner:
 
     def _decode_step(self, decode: list[Sequence], events: Events) -> None:
         """One row for each generating sequence, each followed by its draft if it drafts (speculation.py)."""
+        began = time.perf_counter()
         drafts = self.speculator.drafts(decode) if self.speculator else {}
         rows = []
         for seq in decode:
@@ -99,15 +100,18 @@ class ModelRunner:
         self.pace.observe_decode(seconds)
         if self.speculator:
             self.speculator.observe_call([(seq.slot, 1 + len(drafts.get(seq, ()))) for seq in decode], seconds)
-        now, row = time.monotonic(), 0
+        now, row, generated = time.monotonic(), 0, 0
         for seq in decode:
             draft = drafts.get(seq, ())
-            self._verify(seq, draft, row, now, events)
+            generated += self._verify(seq, draft, row, now, events)
             row += 1 + len(draft)
+        if self.speculator:
+            self.speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
-    def _verify(self, seq: Sequence, draft: list[int] | tuple, row: int, now: float, events: Events) -> None:
+    def _verify(self, seq: Sequence, draft: list[int] | tuple, row: int, now: float, events: Events) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
-        logits are then those of the tokens the sequence really has, and its sample is the next token."""
+        logits are then those of the tokens the sequence really has, and its sample is the next token. Returns
+        the tokens generated."""
         accepted = 0
         seq.n_past += 1
         token = self._sample(seq, row, now, events)
@@ -119,6 +123,7 @@ class ModelRunner:
             # The rejected tokens' cells: nothing may read or reuse them.
             llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, seq.n_past, -1)
             self.speculator.verified(seq, len(draft), accepted)
+        return accepted + 1
 
     def measure_passes(self) -> None:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this

@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.engine.config import EngineConfig
-from worker.engine.drafts import Acceptance, Candidate, DraftState, PassCosts, SpecType, micro_batches, plan_drafts
+from worker.engine.drafts import (
+    Acceptance, Candidate, DraftState, PassCosts, SpecType, StepYields, micro_batches, plan_drafts,
+)
 from worker.engine.ngram import NGRAM_PRIORS, TokenHistory
 from worker.engine.sequence import Sequence
 
@@ -53,6 +55,7 @@ class Speculator:
         self.draft_min = config.draft_min
         self.proposer = proposer
         self.costs = PassCosts()
+        self.yields = StepYields()
         self.acceptance = {kind: Acceptance(prior) for kind, prior in proposer.priors.items()}
         self.drafted = 0  # every sequence's, for /metrics
         self.accepted = 0
@@ -71,6 +74,8 @@ class Speculator:
         """This step's drafts, for some of the decode rows' sequences (in slot order)."""
         candidates, offered = [], {}
         least = max(1, self.draft_min)
+        if not self.yields.worth_trying(len(decode)):
+            return {}
         for seq in decode:
             if seq.draft is None:
                 continue
@@ -105,6 +110,11 @@ class Speculator:
         state.accepted += accepted
         self.drafted += drafted
         self.accepted += accepted
+
+    def observe_step(self, rows: int, tokens: int, seconds: float, drafted: bool) -> None:
+        """A decode step of `rows` decode rows yielded `tokens` in `seconds` (its llama_decode, and the draft
+        model's work when it has one)."""
+        self.yields.observe(rows, tokens, seconds, drafted)
 
     def observe_call(self, rows: list[tuple[int, int]], seconds: float) -> None:
         """A llama_decode of (slot, rows) sequences took `seconds`: each of its passes' costs, the time shared
