@@ -219,7 +219,8 @@ def test_drafting_that_measured_slower_at_a_load_is_only_tried_now_and_then():
     yields.observe(4, 4, 0.020, drafted=False)  # 200 tok/s without drafts at four rows
     yields.observe(4, 6, 0.040, drafted=True)  # 150 with
     yields.observe(1, 1, 0.006, drafted=False)
-    assert yields.worth_trying(1)  # nothing measured with drafts at one row: try
+    yields.observe(1, 2, 0.024, drafted=True)
+    assert yields.worth_trying(1)  # one row is left to the estimates
     tries = [yields.worth_trying(4) for _ in range(2 * EXPLORE_EVERY)]
     assert tries.count(True) == 2 and tries[EXPLORE_EVERY - 1]
     for _ in range(3):

@@ -173,12 +173,14 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
     return best
 
 
-# The check on the rule's estimates: decode steps' tokens per second, with drafts and without, by the number of
-# decode rows (the load). Where drafting steps yielded less, drafts are planned only every EXPLORE_EVERY-th step
-# at that load, to find out whether that still holds. Measured: open-ended answers at 4 streams lost 9 % with
-# the estimates alone (bench/speculative.py).
-YIELD_SMOOTHING = 0.1
-EXPLORE_EVERY = 16
+# The check on the rule's estimates under load: decode steps' tokens per second, with drafts and without, by the
+# number of decode rows. Where drafting steps yielded less, drafts are planned only every EXPLORE_EVERY-th step
+# at that load, to find out whether that still holds. Measured (bench/speculative.py): open-ended answers at 4
+# streams lost 6-9 % with the estimates alone; at one stream the estimates held (0.98-1.03x), and the check there
+# cost copying answers 1.47x -> 1.29x (a sequence's first drafts, before the copying starts, held back the rest),
+# so one decode row is left to the estimates.
+YIELD_SMOOTHING = 0.3
+EXPLORE_EVERY = 8
 
 
 @dataclass
@@ -197,7 +199,7 @@ class StepYields:
     def worth_trying(self, rows: int) -> bool:
         """Whether drafts may be planned at this load: not where drafting steps measured slower, but now and then."""
         plain, drafted = self.plain.get(rows), self.drafted.get(rows)
-        if plain is None or drafted is None or drafted >= plain:
+        if rows == 1 or plain is None or drafted is None or drafted >= plain:
             return True
         held = self._held_back[rows] = self._held_back.get(rows, 0) + 1
         if held < EXPLORE_EVERY:
