@@ -57,8 +57,6 @@ class Speculator:
         self.costs = PassCosts()
         self.yields = StepYields()
         self.acceptance = {kind: Acceptance(prior) for kind, prior in proposer.priors.items()}
-        self.drafted = 0  # every sequence's, for /metrics
-        self.accepted = 0
 
     def start(self, seq: Sequence) -> None:
         """A sequence drafts unless its request turned drafting off (draft_max 0)."""
@@ -108,8 +106,6 @@ class Speculator:
         state.acceptance.observe(drafted, accepted)
         state.drafted += drafted
         state.accepted += accepted
-        self.drafted += drafted
-        self.accepted += accepted
 
     def observe_step(self, rows: int, tokens: int, seconds: float, drafted: bool) -> None:
         """A decode step of `rows` decode rows yielded `tokens` in `seconds` (its llama_decode, and the draft
