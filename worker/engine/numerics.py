@@ -127,8 +127,7 @@ def verify_rows_match_decodes(model: LlamaModel) -> bool:
         llama_cpp.llama_memory_seq_rm(model.memory, 0, start, -1)
         if _decode_rows(model, batch, rows + beside) is False:
             return False
-        size = model.n_vocab * ctypes.sizeof(ctypes.c_float)
-        together = [ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, i), size) for i in range(len(rows))]
+        together = [_row_logits(model, i) for i in range(len(rows))]
         return all(isinstance(a, bytes) for a in alone) and alone == together
     finally:
         llama_cpp.llama_batch_free(batch)
@@ -166,4 +165,9 @@ def _decode_rows(model: LlamaModel, batch: llama_cpp.llama_batch,
         return False
     if wanted is None:
         return None
-    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, wanted), model.n_vocab * ctypes.sizeof(ctypes.c_float))
+    return _row_logits(model, wanted)
+
+
+def _row_logits(model: LlamaModel, row: int) -> bytes:
+    """The last call's logits of batch row `row`, as bytes (compared bitwise)."""
+    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, row), model.n_vocab * ctypes.sizeof(ctypes.c_float))

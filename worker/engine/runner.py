@@ -90,7 +90,7 @@ class ModelRunner:
         drafts = self.speculator.drafts(decode) if self.speculator else {}
         rows = []
         for seq in decode:
-            draft = drafts.get(seq, ())
+            draft = drafts.get(seq, [])
             rows.append(Row(seq.generated[-1], seq.n_past, seq, True))
             rows.extend(Row(token, seq.n_past + 1 + i, seq, True) for i, token in enumerate(draft))
         started = self.decode_s
@@ -99,16 +99,16 @@ class ModelRunner:
         seconds = self.decode_s - started
         self.pace.observe_decode(seconds)
         if self.speculator:
-            self.speculator.observe_call([(seq.slot, 1 + len(drafts.get(seq, ()))) for seq in decode], seconds)
+            self.speculator.observe_call([(seq.slot, 1 + len(drafts.get(seq, []))) for seq in decode], seconds)
         now, row, generated = time.monotonic(), 0, 0
         for seq in decode:
-            draft = drafts.get(seq, ())
+            draft = drafts.get(seq, [])
             generated += self._verify(seq, draft, row, now, events)
             row += 1 + len(draft)
         if self.speculator:
             self.speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
-    def _verify(self, seq: Sequence, draft: list[int] | tuple, row: int, now: float, events: Events) -> int:
+    def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
         logits are then those of the tokens the sequence really has, and its sample is the next token. Returns
         the tokens generated."""
