@@ -17,10 +17,14 @@ from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metada
 from tests.conftest import REPO, WorkerProcess, start_worker
 from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
 from tests.test_prefix_cache import conversations_beside_off
+from worker.engine.config import EngineConfig
 from worker.engine.drafts import (
-    EXPLORE_EVERY, Acceptance, Candidate, PassCosts, StepYields, micro_batches, plan_drafts,
+    EXPLORE_EVERY, Acceptance, Candidate, PassCosts, SpecType, StepYields, micro_batches, plan_drafts,
 )
 from worker.engine.ngram import TokenHistory
+from worker.engine.requests import Request
+from worker.engine.sequence import Sequence
+from worker.engine.speculation import PromptLookup, Speculator
 
 FLAGS = ("--parallel", "4", "--ctx-size", "8192")
 # Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
@@ -202,6 +206,45 @@ def test_drafts_are_weighed_by_cost_and_acceptance():
     assert plan_drafts([0], [Candidate(0, 3, 0.97)], costs, 4) == {}  # shorter than --draft-min
     together = plan_drafts([0, 1, 2, 3], [Candidate(slot, 16, 0.97) for slot in range(4)], costs, 0)
     assert len(set(together.values())) == 1 and len(together) == 4  # the same count: one pass
+
+
+def test_a_draft_never_slows_the_rows_beside_it():
+    """A row more costs time (and a lone sequence's draft a pass of its own, split_equal): one sequence's draft
+    would slow the three beside it, so at four rows only steps where every sequence drafts qualify."""
+    costs = cpu_costs()
+    assert plan_drafts([0, 1, 2, 3], [Candidate(2, 16, 0.99)], costs, 0) == {}
+    assert plan_drafts([0, 1, 2, 3], [Candidate(slot, 16, 0.99) for slot in (0, 1, 2)], costs, 0) == {}
+    assert len(plan_drafts([0, 1, 2, 3], [Candidate(slot, 16, 0.99) for slot in range(4)], costs, 0)) == 4
+    assert plan_drafts([0], [Candidate(0, 16, 0.99)], costs, 0)  # alone, it slows nobody
+
+
+def test_an_offer_not_drafted_is_learnt_from_the_tokens_that_follow():
+    """A sequence whose drafts were rejected stops drafting; the n-gram offers it does not draft are held against
+    the tokens it goes on to generate, so a copying run brings its drafts back within a few tokens."""
+    text = list(range(100, 160))
+    seq = Sequence(Request(prompt_tokens=text + text[:20], max_tokens=200), slot=0)
+    speculator = Speculator(EngineConfig(spec_type=SpecType.NGRAM), PromptLookup())
+    speculator.costs = cpu_costs()
+    speculator.start(seq)
+    seq.draft.acceptance.observe(drafted=8, accepted=0)
+    assert speculator.drafts([seq]) == {}  # too often rejected to be worth a row
+    assert seq.draft.shadow is not None
+    low = seq.draft.acceptance.rate_over(0.9)
+    copied = 0
+    while not speculator.drafts([seq]):  # the answer goes on copying the prompt, one token a step
+        token = text[20 + copied]
+        seq.generated.append(token)
+        speculator.generated(seq, token)
+        copied += 1
+        assert copied < 12
+    assert seq.draft.acceptance.rate_over(0.9) > low
+    wrong = Sequence(Request(prompt_tokens=text + text[:20], max_tokens=200), slot=1)
+    speculator.start(wrong)
+    wrong.draft.acceptance.observe(drafted=8, accepted=0)
+    speculator.drafts([wrong])
+    before = wrong.draft.acceptance.rate_over(0.9)
+    speculator.generated(wrong, 7)  # not what the offer said
+    assert wrong.draft.acceptance.rate_over(0.9) < before and wrong.draft.shadow is None
 
 
 def test_a_rejected_draft_backs_off_and_is_tried_again_later():

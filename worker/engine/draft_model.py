@@ -15,7 +15,7 @@ from pathlib import Path
 import llama_cpp
 
 from worker.engine.config import EngineConfig
-from worker.engine.drafts import SpecType
+from worker.engine.drafts import Offer, SpecType
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode
 from worker.engine.sequence import Sequence
@@ -53,8 +53,8 @@ class DraftModel:
         llama_cpp.llama_batch_free(self._batch)
         self.model.close()
 
-    def available(self, seq: Sequence, limit: int) -> tuple[int, int]:
-        return limit, KIND
+    def offer(self, seq: Sequence, limit: int) -> Offer:
+        return Offer(KIND, limit)  # drafted only when asked: a decode of its own per token
 
     def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
         drafts: dict[Sequence, list[int]] = {}

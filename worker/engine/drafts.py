@@ -28,6 +28,9 @@ ACCEPTANCE_DECAY = 0.9
 MARGIN = 0.15
 # How many tokens' worth a kind of draft's prior acceptance counts (see Acceptance).
 PRIOR_WEIGHT = 2.0
+# How much longer than the plain step a call may take for drafts without counting as slowing the rows that gain
+# least from them (plan_drafts): the spread of a pass's measured cost, not a budget for slowing anyone.
+SLOWER_BY = 0.02
 
 
 class SpecType(str, enum.Enum):
@@ -55,12 +58,21 @@ class Acceptance:
         return (self.accepted + prior * PRIOR_WEIGHT) / (self.accepted + self.rejected + PRIOR_WEIGHT)
 
     def observe(self, drafted: int, accepted: int) -> None:
-        self.accepted = self.accepted * ACCEPTANCE_DECAY + accepted
-        self.rejected = self.rejected * ACCEPTANCE_DECAY + (accepted < drafted)
+        self.skipped()
+        self.accepted += accepted
+        self.rejected += accepted < drafted
 
     def skipped(self) -> None:
+        """A draft not verified: what is known counts for less (the estimate drifts back to the prior)."""
         self.accepted *= ACCEPTANCE_DECAY
         self.rejected *= ACCEPTANCE_DECAY
+
+    def learn(self, right: bool) -> None:
+        """One more token of a draft observed as it comes (a Shadow's): right, or the one that cut it short."""
+        if right:
+            self.accepted += 1
+        else:
+            self.rejected += 1
 
 
 def expected_tokens(rate: float, drafted: int) -> float:
@@ -154,20 +166,28 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
 
     `slots`: every decode row's slot, in order; `least`: --draft-min. Weighed: the most promising j candidates
     (by acceptance) all drafting the same count, for each j and count; the same count keeps the call one pass over
-    the weights where their slots are neighbours. The option with the most expected tokens per second is taken if
-    it beats the step without drafts by MARGIN. Until the costs are measured nobody drafts."""
+    the weights where their slots are neighbours. An option may not slow any sequence down: each decode row's
+    expected tokens per second with it must be at least its rate without it (within SLOWER_BY), so a draft that
+    lengthens the call must promise every row beside it more than one token; where extra rows cost time (the
+    CPU) only steps where every sequence drafts qualify. Of those, the option with the most expected tokens per
+    second is taken if it beats the step without drafts by MARGIN. Until the costs are measured nobody drafts."""
     base = costs.of_call([(slot, 1) for slot in slots])
     if base is None:
         return {}
     least = max(1, least)
     ranked = sorted(candidates, key=lambda c: -c.rate)
     best, best_rate = {}, (1 + MARGIN) * len(slots) / base
+    slowest = base * (1 + SLOWER_BY)  # a call one token a row is worth
     for j in range(1, len(ranked) + 1):
         top = ranked[:j]
         for count in _counts(least, max(c.available for c in top)):
             counts = {c.slot: min(count, c.available) for c in top}
-            tokens = len(slots) + sum(expected_tokens(c.rate, counts[c.slot]) for c in top)
-            rate = tokens / costs.of_call([(slot, 1 + counts.get(slot, 0)) for slot in slots])
+            gains = [expected_tokens(c.rate, counts[c.slot]) for c in top]
+            cost = costs.of_call([(slot, 1 + counts.get(slot, 0)) for slot in slots])
+            fewest = 1 + (min(gains) if j == len(slots) else 0.0)  # tokens of the row that gains least
+            if cost > slowest * fewest:
+                continue
+            rate = (len(slots) + sum(gains)) / cost
             if rate > best_rate:
                 best, best_rate = counts, rate
     return best
@@ -208,6 +228,28 @@ class StepYields:
         return True
 
 
+@dataclass(frozen=True)
+class Offer:
+    """What a sequence could draft now: `count` tokens of a kind (the proposer's: an n-gram size), and the tokens
+    themselves where finding them cost nothing (prompt lookup; a draft model drafts only the counts asked for)."""
+
+    kind: int
+    count: int
+    tokens: list[int] | None = None
+
+
+@dataclass
+class Shadow:
+    """An offer that was not drafted, held against the tokens the sequence goes on to generate: how many of them
+    it would have had accepted, learnt at no cost. Without it a sequence that stopped drafting learns nothing
+    until its estimate decays back: in a copying answer, one rejected draft then held back the next 10-20 steps
+    of copying (bench/speculative.py)."""
+
+    kind: int
+    tokens: list[int]
+    matched: int = 0
+
+
 @dataclass
 class DraftState:
     """One sequence's drafting: what it has searchable (prompt lookup), how its drafts fared."""
@@ -215,5 +257,6 @@ class DraftState:
     history: TokenHistory | None  # prompt + output, for prompt lookup; None when a draft model proposes
     kind: int = 0  # the kind of its draft in this step (the proposer's: an n-gram size)
     acceptance: Acceptance = field(default_factory=Acceptance)  # its own drafts' (rate_over its kind's rate)
+    shadow: Shadow | None = None
     drafted: int = 0  # drafted tokens verified
     accepted: int = 0  # of those, accepted

@@ -262,8 +262,8 @@ class ModelRunner:
 
     def _on_token(self, seq: Sequence, token: int, now: float, events: Events) -> None:
         seq.generated.append(token)
-        if seq.draft is not None and seq.draft.history is not None:
-            seq.draft.history.append(token)
+        if seq.draft is not None:
+            self.speculator.generated(seq, token)
         seq.last_token_at = now
         if len(seq.generated) == 1:
             seq.first_token_at = now

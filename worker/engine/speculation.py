@@ -13,7 +13,7 @@ from typing import Protocol
 
 from worker.engine.config import EngineConfig
 from worker.engine.drafts import (
-    Acceptance, Candidate, DraftState, PassCosts, SpecType, StepYields, micro_batches, plan_drafts,
+    Acceptance, Candidate, DraftState, Offer, PassCosts, Shadow, SpecType, StepYields, micro_batches, plan_drafts,
 )
 from worker.engine.ngram import NGRAM_PRIORS, TokenHistory
 from worker.engine.sequence import Sequence
@@ -22,27 +22,28 @@ from worker.engine.sequence import Sequence
 class Proposer(Protocol):
     priors: dict[int, float]  # each kind of draft's prior acceptance (drafts.Acceptance)
 
-    def available(self, seq: Sequence, limit: int) -> tuple[int, int]:
-        """How many tokens `seq` could draft now (at most `limit`), and of which kind."""
+    def offer(self, seq: Sequence, limit: int) -> Offer:
+        """What `seq` could draft now (at most `limit` tokens; a count of 0: nothing)."""
 
     def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
-        """Each sequence's draft of (at most) its count."""
+        """Each sequence's draft of (at most) its count, for offers made without their tokens."""
 
     def close(self) -> None:
         """Free what it holds (a draft model's context)."""
 
 
 class PromptLookup:
-    """Drafts from the sequence's own prompt and output (ngram.py); a draft's kind is its n-gram's size."""
+    """Drafts from the sequence's own prompt and output (ngram.py); a draft's kind is its n-gram's size. Finding
+    a proposal costs ~3 us, so every offer carries its tokens."""
 
     priors = NGRAM_PRIORS
 
-    def available(self, seq: Sequence, limit: int) -> tuple[int, int]:
+    def offer(self, seq: Sequence, limit: int) -> Offer:
         tokens, n = seq.draft.history.proposal(limit)
-        return len(tokens), n
+        return Offer(n, len(tokens), tokens)
 
     def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
-        return {seq: seq.draft.history.proposal(count)[0] for seq, count in counts.items()}
+        raise AssertionError("prompt lookup's offers carry their tokens: nothing is left to propose")
 
     def close(self) -> None:
         pass
@@ -70,32 +71,63 @@ class Speculator:
 
     def drafts(self, decode: list[Sequence]) -> dict[Sequence, list[int]]:
         """This step's drafts, for some of the decode rows' sequences (in slot order)."""
-        candidates, offered = [], {}
-        least = max(1, self.draft_min)
-        if not self.yields.worth_trying(len(decode)):
-            return {}
+        offers = self._offers(decode)
+        trying = self.yields.worth_trying(len(decode))
+        candidates = [Candidate(seq.slot, offer.count, seq.draft.acceptance.rate_over(self.acceptance[offer.kind].rate))
+                      for seq, offer in offers.items() if trying and offer.count >= max(1, self.draft_min)]
+        counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min) if candidates \
+            else {}
+        drafts, lazy = {}, {}
+        for seq, offer in offers.items():
+            if seq.slot not in counts:
+                self._not_drafted(seq, offer, trying)
+                continue
+            seq.draft.kind, seq.draft.shadow = offer.kind, None
+            if offer.tokens is None:
+                lazy[seq] = counts[seq.slot]
+            else:
+                drafts[seq] = offer.tokens[:counts[seq.slot]]
+        if lazy:
+            drafts.update(self.proposer.propose(lazy))
+        return drafts
+
+    def _offers(self, decode: list[Sequence]) -> dict[Sequence, Offer]:
+        """What each drafting sequence could draft now, where it could draft anything."""
+        offers = {}
         for seq in decode:
             if seq.draft is None:
                 continue
             # Every kept draft token is one more generated token: never past max_tokens.
             room = min(self._limit(seq), seq.request.max_tokens - len(seq.generated) - 1)
-            if room < least:
-                continue
-            available, kind = self.proposer.available(seq, room)
-            if available >= least:
-                rate = seq.draft.acceptance.rate_over(self.acceptance[kind].rate)
-                candidates.append(Candidate(seq.slot, available, rate))
-                offered[seq.slot] = seq, kind
-        if not candidates:
-            return {}
-        counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min)
-        for slot, (seq, kind) in offered.items():
-            if slot in counts:
-                seq.draft.kind = kind
-            else:
-                self.acceptance[kind].skipped()
-                seq.draft.acceptance.skipped()
-        return self.proposer.propose({offered[slot][0]: count for slot, count in counts.items()})
+            if room > 0 and (offer := self.proposer.offer(seq, room)).count > 0:
+                offers[seq] = offer
+        return offers
+
+    def _not_drafted(self, seq: Sequence, offer: Offer, trying: bool) -> None:
+        """An offer left out: held against the tokens to come where it has them (a Shadow), else nothing is
+        learnt, and where the rule weighed it the estimates decay as after a verified draft, back to the prior."""
+        state = seq.draft
+        if state.shadow is not None or not (trying or offer.tokens is not None):
+            return
+        for estimate in self.acceptance[offer.kind], state.acceptance:
+            estimate.skipped()
+        if offer.tokens is not None:
+            state.shadow = Shadow(offer.kind, offer.tokens)
+
+    def generated(self, seq: Sequence, token: int) -> None:
+        """A drafting sequence's new token: searchable, and held against the offer it did not draft."""
+        state = seq.draft
+        if state.history is not None:
+            state.history.append(token)
+        if (shadow := state.shadow) is None:
+            return
+        # Learnt token by token, as they come: a copying run shows itself before the offer's end.
+        right = token == shadow.tokens[shadow.matched]
+        for estimate in self.acceptance[shadow.kind], state.acceptance:
+            estimate.learn(right)
+        shadow.matched += right
+        if not right or shadow.matched == len(shadow.tokens):
+            state.shadow = None
 
     def close(self) -> None:
         self.proposer.close()
