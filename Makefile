@@ -22,8 +22,7 @@ $(BIN)/llm-worker: pyproject.toml
 # (worker/engine/library.py): 2.4 minutes on 2 cores the first time (measured), cached in ~/.cache/llm-worker/llama.cpp.
 NO_LLAMAFILE := $(VENV)/lib/llm-worker/no-llamafile
 $(NO_LLAMAFILE)/libllama.so: $(BIN)/llm-worker
-	mkdir -p $(dir $(NO_LLAMAFILE))
-	ln -sfn "$$(PYTHON=$(BIN)/python scripts/build-llama-cpp cpu-native,no-llamafile llama | tail -n 1)" $(NO_LLAMAFILE)
+	scripts/install-no-llamafile cpu-native $(VENV)
 
 install: $(BIN)/llm-worker $(NO_LLAMAFILE)/libllama.so
 
