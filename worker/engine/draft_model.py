@@ -56,7 +56,8 @@ class DraftModel:
     def offer(self, seq: Sequence, limit: int) -> Offer:
         return Offer(KIND, limit)  # drafted only when asked: a decode of its own per token
 
-    def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
+    def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
+        counts = {seq: count for seq, (_, count) in chosen.items()}
         drafts: dict[Sequence, list[int]] = {}
         for seq in counts:  # each its own calls: their lengths differ
             row = self._catch_up(seq)

@@ -25,8 +25,8 @@ class Proposer(Protocol):
     def offer(self, seq: Sequence, limit: int) -> Offer:
         """What `seq` could draft now (at most `limit` tokens; a count of 0: nothing)."""
 
-    def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
-        """Each sequence's draft of (at most) its count, for offers made without their tokens."""
+    def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
+        """Each sequence's draft of (at most) the count chosen for its offer."""
 
     def close(self) -> None:
         """Free what it holds (a draft model's context)."""
@@ -42,8 +42,8 @@ class PromptLookup:
         tokens, n = seq.draft.history.proposal(limit)
         return Offer(n, len(tokens), tokens)
 
-    def propose(self, counts: dict[Sequence, int]) -> dict[Sequence, list[int]]:
-        raise AssertionError("prompt lookup's offers carry their tokens: nothing is left to propose")
+    def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
+        return {seq: offer.tokens[:count] for seq, (offer, count) in chosen.items()}
 
     def close(self) -> None:
         pass
@@ -77,19 +77,14 @@ class Speculator:
                       for seq, offer in offers.items() if trying and offer.count >= max(1, self.draft_min)]
         counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min) if candidates \
             else {}
-        drafts, lazy = {}, {}
+        chosen = {}
         for seq, offer in offers.items():
-            if seq.slot not in counts:
-                self._not_drafted(seq, offer, trying)
-                continue
-            seq.draft.kind, seq.draft.shadow = offer.kind, None
-            if offer.tokens is None:
-                lazy[seq] = counts[seq.slot]
+            if seq.slot in counts:
+                seq.draft.kind, seq.draft.shadow = offer.kind, None
+                chosen[seq] = offer, counts[seq.slot]
             else:
-                drafts[seq] = offer.tokens[:counts[seq.slot]]
-        if lazy:
-            drafts.update(self.proposer.propose(lazy))
-        return drafts
+                self._not_drafted(seq, offer, trying)
+        return self.proposer.propose(chosen) if chosen else {}
 
     def _offers(self, decode: list[Sequence]) -> dict[Sequence, Offer]:
         """What each drafting sequence could draft now, where it could draft anything."""
