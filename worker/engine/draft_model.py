@@ -29,6 +29,7 @@ KIND = 0  # a draft model's drafts are all of one kind
 
 class DraftModel:
     priors = {KIND: DRAFT_PRIOR}
+    decodes = True
 
     def __init__(self, path: Path, config: EngineConfig, target: LlamaModel) -> None:
         # Llama.cpp's fastest kernels and cells: a draft's numerics only change which tokens are proposed.

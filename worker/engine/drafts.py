@@ -198,7 +198,9 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
 # at that load, to find out whether that still holds. Measured (bench/speculative.py): open-ended answers at 4
 # streams lost 6-9 % with the estimates alone; at one stream the estimates held (0.98-1.03x), and the check there
 # cost copying answers 1.47x -> 1.29x (a sequence's first drafts, before the copying starts, held back the rest),
-# so one decode row is left to the estimates.
+# so one decode row is left to the estimates, but for a draft model: the estimates do not weigh the draft model's
+# own decodes, and a draft model as slow as the target (the tests' Q4_0 copy of the test model) made drafting
+# steps slower than plain ones at one row too.
 YIELD_SMOOTHING = 0.3
 EXPLORE_EVERY = 8
 
@@ -207,6 +209,7 @@ EXPLORE_EVERY = 8
 class StepYields:
     """Tokens per second of decode steps, by decode rows: with drafts and without."""
 
+    from_rows: int = 2  # the least load it holds drafts back at (1: also a single stream)
     plain: dict[int, float] = field(default_factory=dict)
     drafted: dict[int, float] = field(default_factory=dict)
     _held_back: dict[int, int] = field(default_factory=dict)  # steps not drafted since the last try, by load
@@ -219,7 +222,11 @@ class StepYields:
     def worth_trying(self, rows: int) -> bool:
         """Whether drafts may be planned at this load: not where drafting steps measured slower, but now and then."""
         plain, drafted = self.plain.get(rows), self.drafted.get(rows)
-        if rows == 1 or plain is None or drafted is None or drafted >= plain:
+        if rows < self.from_rows or drafted is None:
+            return True
+        if plain is None:  # drafting at every step (a draft model always offers): one plain step to compare
+            return False
+        if drafted >= plain:
             return True
         held = self._held_back[rows] = self._held_back.get(rows, 0) + 1
         if held < EXPLORE_EVERY:

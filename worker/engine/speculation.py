@@ -21,6 +21,7 @@ from worker.engine.sequence import Sequence
 
 class Proposer(Protocol):
     priors: dict[int, float]  # each kind of draft's prior acceptance (drafts.Acceptance)
+    decodes: bool  # whether drafting runs decodes of its own (a draft model), which only StepYields measures
 
     def offer(self, seq: Sequence, limit: int) -> Offer:
         """What `seq` could draft now (at most `limit` tokens; a count of 0: nothing)."""
@@ -37,6 +38,7 @@ class PromptLookup:
     a proposal costs ~3 us, so every offer carries its tokens."""
 
     priors = NGRAM_PRIORS
+    decodes = False
 
     def offer(self, seq: Sequence, limit: int) -> Offer:
         tokens, n = seq.draft.history.proposal(limit)
@@ -56,7 +58,7 @@ class Speculator:
         self.draft_min = config.draft_min
         self.proposer = proposer
         self.costs = PassCosts()
-        self.yields = StepYields()
+        self.yields = StepYields(from_rows=1 if proposer.decodes else 2)
         self.acceptance = {kind: Acceptance(prior) for kind, prior in proposer.priors.items()}
 
     def start(self, seq: Sequence) -> None:
