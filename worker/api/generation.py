@@ -36,11 +36,24 @@ def engine_requests(worker: WorkerState, prompt_tokens: list[int], generation: G
 
 
 class TrackedHandle:
-    """A RequestHandle as the routes see it: the same events, with the gaps between pieces measured."""
+    """A RequestHandle as the routes see it: the same events, with the gaps between pieces measured, and the
+    request counted and logged once, as its Finished event passes: before the route writes the response's end, so
+    a client that reads /metrics or the log right after it finds the request there."""
 
-    def __init__(self, handle: RequestHandle, metrics: Metrics) -> None:
+    def __init__(self, handle: RequestHandle, metrics: Metrics, started: float) -> None:
         self._handle = handle
         self._metrics = metrics
+        self._started = started
+        self._recorded = False
+
+    def record(self) -> None:
+        """Count and log the outcome, once (a route left without its Finished event: when it leaves)."""
+        if self._recorded:
+            return
+        self._recorded = True
+        e2e_s = time.monotonic() - self._started
+        self._metrics.finished(self._handle.finished, e2e_s)
+        _log_outcome(self._handle.finished, e2e_s)
 
     @property
     def finished(self) -> Finished | None:
@@ -57,6 +70,8 @@ class TrackedHandle:
                 if last is not None:
                     self._metrics.inter_token.observe(now - last)
                 last = now
+            elif isinstance(event, Finished):
+                self.record()
             yield event
 
 
@@ -109,13 +124,12 @@ def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
 async def generating(worker: WorkerState, choices: list[Request]) -> AsyncIterator[list[TrackedHandle]]:
     """Raises the engine's up-front refusals (context, queue) before yielding."""
     started = time.monotonic()
-    handles = worker.require_engine().submit_choices(choices)
+    handles = [TrackedHandle(handle, worker.metrics, started)
+               for handle in worker.require_engine().submit_choices(choices)]
     try:
-        yield [TrackedHandle(handle, worker.metrics) for handle in handles]
+        yield handles
     finally:
-        e2e_s = time.monotonic() - started
         for handle in handles:
             # A handler cancelled by a client disconnect lands here mid-stream: free the slots now.
             handle.cancel()
-            worker.metrics.finished(handle.finished, e2e_s)
-            _log_outcome(handle.finished, e2e_s)
+            handle.record()
