@@ -14,6 +14,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
+from worker.engine.draft_model import DraftModel
+from worker.engine.drafts import SpecType
 from worker.engine.embeddings import Embedder, EmbeddingJob
 from worker.engine.errors import QueueFull
 from worker.engine.model import LlamaModel
@@ -22,8 +24,6 @@ from worker.engine.requests import FinishReason
 from worker.engine.runner import Events, ModelRunner, finished_event
 from worker.engine.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
 from worker.engine.sequence import Sequence, SequenceState
-from worker.engine.draft_model import DraftModel
-from worker.engine.drafts import SpecType
 from worker.engine.speculation import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]

@@ -88,9 +88,9 @@ class ModelRunner:
         """One row for each generating sequence, each followed by its draft if it drafts (speculation.py)."""
         began = time.perf_counter()
         drafts = self.speculator.drafts(decode) if self.speculator else {}
+        steps = [(seq, drafts.get(seq, [])) for seq in decode]
         rows = []
-        for seq in decode:
-            draft = drafts.get(seq, [])
+        for seq, draft in steps:
             rows.append(Row(seq.generated[-1], seq.n_past, seq, True))
             rows.extend(Row(token, seq.n_past + 1 + i, seq, True) for i, token in enumerate(draft))
         started = self.decode_s
@@ -99,10 +99,9 @@ class ModelRunner:
         seconds = self.decode_s - started
         self.pace.observe_decode(seconds)
         if self.speculator:
-            self.speculator.observe_call([(seq.slot, 1 + len(drafts.get(seq, []))) for seq in decode], seconds)
+            self.speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
         now, row, generated = time.monotonic(), 0, 0
-        for seq in decode:
-            draft = drafts.get(seq, [])
+        for seq, draft in steps:
             generated += self._verify(seq, draft, row, now, events)
             row += 1 + len(draft)
         if self.speculator:

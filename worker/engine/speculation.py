@@ -104,7 +104,7 @@ class Speculator:
         """An offer left out: held against the tokens to come where it has them (a Shadow), else nothing is
         learnt, and where the rule weighed it the estimates decay as after a verified draft, back to the prior."""
         state = seq.draft
-        if state.shadow is not None or not (trying or offer.tokens is not None):
+        if state.shadow is not None or (offer.tokens is None and not trying):
             return
         for estimate in self.acceptance[offer.kind], state.acceptance:
             estimate.skipped()
