@@ -28,6 +28,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench import engine_time  # noqa: E402
 from bench.client import new_session  # noqa: E402
 from bench.config import (  # noqa: E402
     LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model,
@@ -80,6 +81,7 @@ class VariantResult:
     label: str
     multi_turn: list[Turn] = field(default_factory=list)
     multi_turn_wall_s: float = 0.0
+    multi_turn_engine: engine_time.EngineTime | None = None  # llm-worker's engine counters over the multi-turn run
     shared: list[Turn] = field(default_factory=list)
 
 
@@ -123,10 +125,15 @@ async def conversation(url: str, index: int, turns: int, answer_tokens: int, no_
 
 
 async def multi_turn(url: str, args: argparse.Namespace, no_eos: dict[str, float], result: VariantResult) -> None:
-    began = time.perf_counter()
-    runs = await asyncio.gather(*(conversation(url, c, args.turns, args.answer_tokens, no_eos)
-                                  for c in range(args.conversations)))
-    result.multi_turn_wall_s = time.perf_counter() - began
+    async with new_session() as session:
+        before = await engine_time.read(session, url)
+        began = time.perf_counter()
+        runs = await asyncio.gather(*(conversation(url, c, args.turns, args.answer_tokens, no_eos)
+                                      for c in range(args.conversations)))
+        result.multi_turn_wall_s = time.perf_counter() - began
+        after = await engine_time.read(session, url)
+    if before and after:
+        result.multi_turn_engine = engine_time.EngineTime.between(before, after, result.multi_turn_wall_s)
     result.multi_turn = [turn for run in runs for turn in run]
 
 
@@ -179,6 +186,8 @@ def summary(result: VariantResult, late_from: int) -> dict[str, float]:
         "shared TTFT ms": mean_ms([t.ttft_s for t in shared[1:]]),  # the first request fills the cache
         "shared decode tok/s": statistics.fmean(decode) if decode else float("nan"),
         "errors": float(sum(1 for t in result.multi_turn + result.shared if t.error)),
+        # multi-turn: llm-worker's share of the wall time inside llama_decode (bench/engine_time.py)
+        "llama_decode % of wall": 100 * result.multi_turn_engine.decode_share if result.multi_turn_engine else float("nan"),
     }
 
 

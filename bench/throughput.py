@@ -29,6 +29,7 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.client import RequestResult, new_session, request_body, stream_completion  # noqa: E402
+from bench import engine_time  # noqa: E402
 from bench.config import (  # noqa: E402
     BENCH_DIR, LLAMA_CPP_PY, LLAMA_SERVER, MB, SERVERS, WORKER, BenchConfig, find_llama_server, find_model,
 )
@@ -58,6 +59,7 @@ class LevelResult:
     decode_tok_s_p50: float  # per stream, first to last token of a request (excludes prefill)
     peak_rss_mb: float  # server process tree, during this level
     background_cpu: float  # share of all cores busy just before the level, while the server idled
+    engine: engine_time.EngineTime | None = None  # llm-worker's engine counters over the level
 
 
 @dataclass
@@ -111,6 +113,7 @@ async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_t
         print(f"    warning: {background:.0%} of the CPU was busy with something else just before this level",
               file=sys.stderr)
     async with new_session() as session:
+        counters = await engine_time.read(session, url)
         t0 = time.perf_counter()
         # A fixed amount of work per level (not a time window, which heavy levels cannot fill); the
         # timeout only bounds a server that queues every request behind the others.
@@ -119,6 +122,8 @@ async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_t
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(clients_done, timeout=cfg.level_timeout_s)
         wall = time.perf_counter() - t0
+        after = await engine_time.read(session, url)
+        engine = engine_time.EngineTime.between(counters, after, wall) if counters and after else None
         await settle(session, url)
     # Latency covers every request of the level (a cut one included once it had its first token).
     ok = [r for r in results if r.complete]
@@ -142,6 +147,7 @@ async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_t
         decode_tok_s_p50=percentile(decode, 50),
         peak_rss_mb=sampler.peak(t0, time.perf_counter()) / MB,
         background_cpu=background,
+        engine=engine,
     )
 
 
@@ -267,6 +273,7 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
                     if ours and theirs:
                         cells = [fmt("{:.2f}x", ratio(getattr(ours, m[0]), getattr(theirs, m[0]))) for m in METRICS]
                         lines.append(f"| {peer} | {prompt} | {clients} | " + " | ".join(cells) + " |")
+    lines += engine_report(runs)
     lines += ["", "## Peak RSS over the whole run (load included)", "",
               "| server | startup s | peak RSS MB | peak RSS - model MB |", "|---|---|---|---|"]
     for run in runs:
@@ -279,6 +286,23 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
         lines += ["", "**Warning:** other processes kept the CPU busy before some levels (background CPU "
                   "column); rerun on a quiet machine before trusting those rows."]
     return "\n".join(lines) + "\n"
+
+
+def engine_report(runs: list[ServerRun]) -> list[str]:
+    """Per level, where llm-worker's wall time went (bench/engine_time.py); nothing for a run without it."""
+    timed = [lv for run in runs for lv in run.levels if lv.engine and lv.engine.steps]
+    if not timed:
+        return []
+    lines = ["", "## Where llm-worker's time went", "",
+             "Its engine counters over each level: a step runs one llama_decode for the decode rows and one per "
+             "prefill chunk; the engine's Python is the step's time outside llama_decode.", "",
+             "| prompt | clients | steps | ms a step | of it in llama_decode | engine Python ms a step "
+             "| llama_decode share of the wall time |", "|---|---|---|---|---|---|---|"]
+    for lv in timed:
+        e = lv.engine
+        lines.append(f"| {lv.prompt_tokens} | {lv.clients} | {e.steps} | {e.ms_per_step:.1f} "
+                     f"| {e.decode_s / e.steps * 1e3:.1f} | {e.python_ms_per_step:.2f} | {e.decode_share:.1%} |")
+    return lines
 
 
 def target_checks(cfg: BenchConfig, runs: list[ServerRun], model_mb: float) -> list[tuple[str, str, bool]]:

@@ -10,16 +10,12 @@ Run: .venv/bin/python bench/probes/verifycost.py
 
 from __future__ import annotations
 
-import ctypes
-import statistics
 import sys
-import time
 from pathlib import Path
-
-import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model  # noqa: E402
+from bench.probes.rows import RowDecoder  # noqa: E402
 from worker.engine import EngineConfig  # noqa: E402
 from worker.engine.model import LlamaModel  # noqa: E402
 
@@ -30,39 +26,22 @@ SLOTS = 4
 
 def main() -> None:
     model = LlamaModel(find_model(None), EngineConfig(parallel=SLOTS, ctx_size=SLOTS * 1024))
-    batch = llama_cpp.llama_batch_init(512, 0, 1)
-
-    def token(pos: int) -> int:
-        return 100 + (pos * 7) % 1000
+    rows_of = RowDecoder(model)
+    logits = rows_of.logits
 
     def decode(rows: list[tuple[int, int]]) -> float:
         """(slot, position) rows, every row with logits; seconds."""
-        for i, (slot, pos) in enumerate(rows):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token(pos), pos, 1
-            batch.seq_id[i][0], batch.logits[i] = slot, True
-        batch.n_tokens = len(rows)
-        started = time.perf_counter()
-        assert llama_cpp.llama_decode(model.ctx, batch) == 0
-        return time.perf_counter() - started
-
-    def logits(row: int) -> bytes:
-        return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, row), model.n_vocab * 4)
+        return rows_of.decode([(slot, pos, True) for slot, pos in rows])
 
     def rewind() -> None:
-        for slot in range(SLOTS):
-            llama_cpp.llama_memory_seq_rm(model.memory, slot, CONTEXT, -1)
+        rows_of.rewind(range(SLOTS), CONTEXT)
 
-    for slot in range(SLOTS):
-        for start in range(0, CONTEXT, 64):
-            decode([(slot, pos) for pos in range(start, start + 64)])
+    rows_of.fill(range(SLOTS), CONTEXT)
 
     def timed(layout: dict[int, int]) -> float:
         """{slot: rows} from CONTEXT on; median ms."""
-        samples = []
-        for _ in range(ROUNDS):
-            samples.append(decode([(slot, CONTEXT + i) for slot, n in layout.items() for i in range(n)]))
-            rewind()
-        return statistics.median(samples) * 1e3
+        return rows_of.median_ms(lambda: decode([(slot, CONTEXT + i) for slot, n in layout.items() for i in range(n)]),
+                                 range(SLOTS), CONTEXT, ROUNDS)
 
     one = timed({0: 1})
     print(f"one sequence, rows in one call (ms; x one row):")
@@ -89,7 +68,7 @@ def main() -> None:
         rewind()
         same = sum(a == b for a, b in zip(alone, together))
         print(f"{rows} rows in one call beside 2 decode rows: {same}/{rows} rows bitwise equal to one-token decodes")
-    llama_cpp.llama_batch_free(batch)
+    rows_of.close()
     model.close()
 
 
