@@ -9,6 +9,7 @@ import pytest
 from tests.test_cli import one_line_failure, run_cli
 from worker.engine.attention import Attention, plan_attention
 from worker.engine.config import EngineConfig
+from worker.engine.drafts import SpecType
 from worker.engine.kernels import FASTEST, Kernels, choose_kernels
 from worker.engine.library import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
 from worker.engine.prefix_cache import CacheMode
@@ -120,3 +121,12 @@ def test_heads_too_narrow_for_q8_0_blocks_keep_k_in_f16_and_v_in_bf16():
     assert plan_attention("cpu", False, EXACT, "auto", None, None, head_size=16) == Attention("on", "f16", "bf16", True)
     assert plan_attention("cpu", False, EXACT, "auto", None, None, head_size=64) == PINNED
     assert plan_attention("cpu", False, EXACT, "auto", "q8_0", None, head_size=16).cache_type_k == "q8_0"
+
+
+def test_a_mode_given_by_its_name_is_that_mode():
+    """The engine tells modes apart by identity: a config built with the name "fast" must not run as exact."""
+    config = EngineConfig(prefix_cache="fast", spec_type="ngram")
+    assert config.prefix_cache is FAST and config.spec_type is SpecType.NGRAM
+    assert config.attention() == Attention("auto", "f16", "f16", pinned=False)
+    with pytest.raises(ValueError):
+        EngineConfig(prefix_cache="fastest")

@@ -59,6 +59,12 @@ class EngineConfig:
     draft_max: int = DRAFT_MAX  # drafted tokens a sequence puts in one step, at most
     draft_min: int = 0  # fewer than this are not worth verifying: the sequence drafts none
 
+    def __post_init__(self) -> None:
+        # The engine compares modes by identity (`is CacheMode.FAST`): a script's "fast" must become the member,
+        # or it would silently run as exact.
+        object.__setattr__(self, "prefix_cache", CacheMode(self.prefix_cache))
+        object.__setattr__(self, "spec_type", SpecType(self.spec_type))
+
     def attention(self, head_size: int | None = None) -> Attention:
         """Flash attention and the KV cells' types for this mode and backend (WorkerError for flags that clash)."""
         return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
