@@ -48,6 +48,10 @@ class EngineTime:
         return self.step_s / self.steps * 1e3 if self.steps else float("nan")
 
     @property
+    def decode_ms_per_step(self) -> float:
+        return self.decode_s / self.steps * 1e3 if self.steps else float("nan")
+
+    @property
     def python_ms_per_step(self) -> float:
         """The engine thread's time a step outside llama_decode."""
         return (self.step_s - self.decode_s) / self.steps * 1e3 if self.steps else float("nan")
