@@ -66,6 +66,9 @@ async def read(session: aiohttp.ClientSession, url: str) -> EngineCounters | Non
             text = await response.text()
     except aiohttp.ClientError:
         return None
-    values = {COUNTERS[family.name]: family.samples[0].value
-              for family in text_string_to_metric_families(text) if family.name in COUNTERS and family.samples}
+    try:
+        values = {COUNTERS[family.name]: family.samples[0].value
+                  for family in text_string_to_metric_families(text) if family.name in COUNTERS and family.samples}
+    except ValueError:  # a 200 that is not Prometheus text
+        return None
     return EngineCounters(**values) if len(values) == len(COUNTERS) else None
