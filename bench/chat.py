@@ -177,6 +177,7 @@ def summary(result: VariantResult, late_from: int) -> dict[str, float]:
     decode = [(t.tokens - 1) / (t.total_s - t.ttft_s) for t in shared if t.tokens > 1 and t.total_s > t.ttft_s]
     cached = [t.cached_tokens for t in ok if t.turn >= late_from and t.cached_tokens is not None]
     prompt = [t.prompt_tokens for t in ok if t.turn >= late_from]
+    engine = result.multi_turn_engine  # llm-worker's counters over the multi-turn run (bench/engine_time.py)
     return {
         "late TTFT ms": mean_ms(late),
         "all-turn TTFT ms": mean_ms([t.ttft_s for t in ok]),
@@ -186,8 +187,7 @@ def summary(result: VariantResult, late_from: int) -> dict[str, float]:
         "shared TTFT ms": mean_ms([t.ttft_s for t in shared[1:]]),  # the first request fills the cache
         "shared decode tok/s": statistics.fmean(decode) if decode else float("nan"),
         "errors": float(sum(1 for t in result.multi_turn + result.shared if t.error)),
-        # multi-turn: llm-worker's share of the wall time inside llama_decode (bench/engine_time.py)
-        "llama_decode % of wall": 100 * result.multi_turn_engine.decode_share if result.multi_turn_engine else float("nan"),
+        "llama_decode % of wall": 100 * engine.decode_share if engine else float("nan"),
     }
 
 

@@ -54,7 +54,9 @@ class EngineLoop:
         # Embedding jobs decode in their own context, but on this thread: never two llama_decode calls at once.
         self._embeds: deque[EmbeddingJob] = deque()
         self._embedder = Embedder(model) if model.embed_ctx else None
-        self._steps, self._step_s = 0, 0.0
+        # (steps, seconds in them, of those inside llama_decode), replaced whole at each step's end: a reader on
+        # another thread sees completed steps only, never a step's llama_decode time without the step's own.
+        self._totals = (0, 0.0, 0.0)
         self._busy_until = 0.0  # monotonic time the last request left or arrived
 
     # -- called from other threads -------------------------------------------------
@@ -87,6 +89,7 @@ class EngineLoop:
         # the two saw neither (a drain that began then stopped at once and closed the listener on a live stream).
         with self._cond:
             running, waiting = list(self._running), len(self._waiting) + len(self._embeds)
+        totals = self._totals
         return SchedulerStats(
             running=len(running),
             waiting=waiting,  # unanswered embedding requests too: drain waits for them
@@ -95,9 +98,9 @@ class EngineLoop:
             kv_cells_used=sum(seq.n_past for seq in running),
             kv_cells_cached=sum(self.cache.cells_held(slot) for slot in list(self._free_slots)),
             kv_cells_total=self.model.n_ctx,
-            steps=self._steps,
-            step_s=self._step_s,
-            decode_s=self._runner.decode_s,
+            steps=totals[0],
+            step_s=totals[1],
+            decode_s=totals[2],
         )
 
     # -- the engine thread ---------------------------------------------------------
@@ -140,8 +143,8 @@ class EngineLoop:
             self._dispatch(events)
         if embeds:  # after the step's tokens are on their way
             self._embedder.run(embeds)
-        self._steps += 1
-        self._step_s += time.perf_counter() - started
+        steps, step_s, _ = self._totals
+        self._totals = (steps + 1, step_s + time.perf_counter() - started, self._runner.decode_s)
         return True
 
     def _wait_for_work(self) -> bool:

@@ -170,4 +170,5 @@ def _decode_rows(model: LlamaModel, batch: llama_cpp.llama_batch,
 
 def _row_logits(model: LlamaModel, row: int) -> bytes:
     """The last call's logits of batch row `row`, as bytes (compared bitwise)."""
-    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, row), model.n_vocab * ctypes.sizeof(ctypes.c_float))
+    size = model.n_vocab * ctypes.sizeof(ctypes.c_float)
+    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, row), size)
