@@ -35,11 +35,22 @@ OPEN_ENDED = ["Write a short story about a lighthouse keeper.", "List ten fruits
 GREEDY = {"temperature": 0, "max_tokens": 120}
 
 
-@pytest.fixture(scope="module")
-def ngram_worker(tmp_path_factory: pytest.TempPathFactory):
-    process = start_worker(tmp_path_factory.mktemp("ngram"), *FLAGS, "--spec-type", "ngram")
+def _ngram_worker(folder: Path):
+    process = start_worker(folder, *FLAGS, "--spec-type", "ngram")
     yield process
     assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def ngram_worker(tmp_path_factory: pytest.TempPathFactory):
+    yield from _ngram_worker(tmp_path_factory.mktemp("ngram"))
+
+
+@pytest.fixture
+def fresh_ngram_worker(tmp_path: Path):
+    """A worker whose drafting rule has learnt nothing yet: what other tests' requests taught it (sampled answers
+    rejecting drafts lower a kind's acceptance for every later request) cannot hold back the drafts a test counts."""
+    yield from _ngram_worker(tmp_path)
 
 
 async def answers(http: aiohttp.ClientSession, url: str, prompts: list[str], together: bool, **extra) -> list[str]:
@@ -85,22 +96,24 @@ async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
     assert "drafts_may_change_text" not in ngram_worker.log()
 
 
-async def test_drafts_are_reported_per_request(http, ngram_worker):
+async def test_drafts_are_reported_per_request(http, fresh_ngram_worker):
     """request_done logs and the pool-manager's end event count drafted and accepted tokens; draft_max 0 drafts none."""
-    def request_done() -> list[dict]:
-        return [json.loads(line) for line in ngram_worker.log().splitlines() if '"request_done"' in line]
+    worker = fresh_ngram_worker
 
-    await wait_idle(http, ngram_worker.url)
-    logged, counted = len(request_done()), await draft_counters(http, ngram_worker.url)
-    events = await execute(http, ngram_worker.url, {"job_id": "spec-1", "prompt": COPYING[1], "max_tokens": 100,
-                                                    "temperature": 0})
+    def request_done() -> list[dict]:
+        return [json.loads(line) for line in worker.log().splitlines() if '"request_done"' in line]
+
+    await wait_idle(http, worker.url)
+    logged, counted = len(request_done()), await draft_counters(http, worker.url)
+    events = await execute(http, worker.url, {"job_id": "spec-1", "prompt": COPYING[1], "max_tokens": 100,
+                                              "temperature": 0})
     end = next(e for e in events if isinstance(e, dict) and e.get("type") == "end")
     assert end["draft_tokens"] >= end["draft_accepted_tokens"] > 0, end
-    await answers(http, ngram_worker.url, [COPYING[1]], False, draft_max=0)
+    await answers(http, worker.url, [COPYING[1]], False, draft_max=0)
     # Counted and logged before the response's end: right after it, /metrics and the log have both requests.
     assert [d["draft_tokens"] for d in request_done()[logged:]] == [end["draft_tokens"], 0]
-    assert await draft_counters(http, ngram_worker.url) == (counted[0] + end["draft_tokens"],
-                                                            counted[1] + end["draft_accepted_tokens"])
+    assert await draft_counters(http, worker.url) == (counted[0] + end["draft_tokens"],
+                                                      counted[1] + end["draft_accepted_tokens"])
 
 
 async def test_draft_max_out_of_range_is_a_400(http, ngram_worker):
