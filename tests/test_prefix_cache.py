@@ -242,6 +242,21 @@ async def test_cancelled_request_leaves_nothing_wrongly_reused(http, base_url, w
     assert warm["usage"]["prompt_tokens_details"]["cached_tokens"] > 0
 
 
+async def test_a_request_sharing_only_its_opening_leaves_the_other_cached(http, base_url, worker_off):
+    """Two requests that share only their opening words, one after the other: the second takes another slot
+    rather than drop the first's cells, so the first asked again reuses its whole prompt and answers as cold."""
+    opening = "Field notes from the salt marsh survey, morning of the third day. "
+    first = {"prompt": opening + "The herons waded along the channel at dawn. " * 24 + "Then", **GREEDY}
+    second = {"prompt": opening + "The avocets swept the mud for worms at noon. " * 24 + "Then", **GREEDY}
+    await openai_once(http, base_url + "/v1/completions", first)
+    await openai_once(http, base_url + "/v1/completions", second)
+    again = await openai_once(http, base_url + "/v1/completions", first)
+    cold = await openai_once(http, worker_off.url + "/v1/completions", first)
+    assert completion_text(again) == completion_text(cold)
+    usage = again["usage"]
+    assert usage["prompt_tokens_details"]["cached_tokens"] >= usage["prompt_tokens"] - 2 * ALIGN, usage
+
+
 async def test_a_prefix_held_by_a_running_request_is_copied_from_its_slot(http, base_url, worker_off):
     """A prompt sharing a long prefix with a request still answering starts from a copy of that slot's cells,
     and answers as on a cold worker."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from worker.engine.prefix_cache import ALIGN, CacheMode, PrefixCache, align_down
+from worker.engine.prefix_cache import ALIGN, CacheMode, PrefixCache, Reuse, align_down
 from worker.engine.requests import Request
 from worker.engine.scheduler import STALL_FACTOR, Pace, Scheduler
 from worker.engine.sequence import Sequence, SequenceState
@@ -91,6 +91,34 @@ def test_trusting_decoded_cells_changes_nothing_when_the_cache_is_off():
     cache = PrefixCache(CacheMode.OFF, 1)
     cache.trust_decoded_cells()
     assert not cache.every_cell and cache.choose(NEXT_TURN, [0], {}).cells == 0
+
+
+def cache_holding(*streams: list[int]) -> PrefixCache:
+    """Slots 0, 1, ... holding these finished requests' cells, in that order of use."""
+    cache = PrefixCache(CacheMode.EXACT, 4)
+    cache.trust_decoded_cells()
+    for slot, tokens in enumerate(streams):
+        cache.claim(slot)
+        cache.release(slot, tokens, prefilled=len(tokens))
+    return cache
+
+
+def test_a_prompt_sharing_only_a_short_prefix_leaves_another_conversation_in_its_slot():
+    cache = cache_holding(SHARED[:20] + list(range(3000, 3400)))
+    # An empty slot takes it: the conversation in slot 0 is still whole for its next turn; 20 tokens: no copy.
+    assert cache.choose(SHARED[:20] + list(range(5000, 5300)), [0, 1, 2, 3], {}) == Reuse(1, 0)
+
+
+def test_a_free_slots_longer_prefix_is_copied_into_an_empty_slot_rather_than_overwritten():
+    cache = cache_holding(SHARED + list(range(3000, 3400)))
+    assert cache.choose(SHARED + [7, 8, 9], [0, 1, 2, 3], {}) == Reuse(1, len(SHARED), source=0)
+
+
+def test_with_no_empty_slot_a_prompt_takes_one_in_place_only_if_it_keeps_more_cells_than_it_drops():
+    cache = cache_holding(SHARED[:20] + list(range(3000, 3400)), SHARED + list(range(4000, 4100)))
+    assert cache.choose(SHARED + [7, 8, 9], [0, 1], {}) == Reuse(1, len(SHARED))  # keeps 600, drops 100
+    assert cache.choose(SHARED[:20] + [7, 8, 9], [0, 1], {}) == Reuse(0, 20)  # keeps 20 of 420: LRU, no copy
+    assert cache.choose(list(range(9000, 9200)), [0, 1], {}) == Reuse(0, 0)  # shares nothing: LRU
 
 
 def test_prefill_beside_running_streams_is_held_to_the_measured_pace():

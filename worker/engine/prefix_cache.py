@@ -3,13 +3,16 @@
 A finished request's cells stay in its slot until the slot is needed again. A new
 request goes to the free slot that shares the longest reusable prefix with its
 prompt (least recently used first among equals, so recent conversations survive),
-and only the rest of its prompt is prefilled. When a running request's slot holds
-a longer one (a shared system prompt, a conversation's earlier turn still being
-answered), that stream is copied into the least recently used free slot instead
-(llama.cpp copies a stream whole, before the next decode), if that saves at least
-COPY_MIN_GAIN tokens of prefill. A request whose prefix another request is still
-prefilling waits for those cells rather than prefilling the same tokens beside it
-(scheduler.py).
+and only the rest of its prompt is prefilled; but not to a slot whose cells it
+would mostly drop: a prompt that shares only a system prompt with another
+conversation's slot leaves that conversation there for its next turn, and goes to
+the least recently used free slot. When another slot, running or free, holds a
+longer prefix than the chosen one (a shared system prompt, a conversation's
+earlier turn still being answered), that stream is copied into the least recently
+used free slot instead (llama.cpp copies a stream whole, before the next decode),
+if that saves at least COPY_MIN_GAIN tokens of prefill. A request whose prefix
+another request is still prefilling waits for those cells rather than prefilling
+the same tokens beside it (scheduler.py).
 
 What "reusable" means depends on the mode:
 - exact: only cells made by prefill chunks that start and end on multiples of
@@ -54,11 +57,15 @@ def align_down(position: int) -> int:
     return position - position % ALIGN
 
 
+def common_prefix(held_tokens: list[int], prompt: list[int]) -> int:
+    return len(os.path.commonprefix([held_tokens, prompt]))
+
+
 @dataclass(frozen=True)
 class Reuse:
     slot: int  # the free slot the request runs in
     cells: int  # leading prompt tokens whose cells it starts with
-    source: int | None = None  # a running slot whose stream is copied in first; None: the slot's own cells
+    source: int | None = None  # another slot (running or free) whose stream is copied in first; None: the slot's own cells
 
 
 @dataclass
@@ -85,21 +92,33 @@ class PrefixCache:
             self.every_cell = True
 
     def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord]) -> Reuse:
-        """The free slot to run `prompt` in and the cells it starts with: its own, or a running slot's copied.
+        """The free slot to run `prompt` in and the cells it starts with: its own, or another slot's copied.
 
         `running`: what each busy slot's stream holds now (its request's cells so far).
         """
-        best_slot, best_reuse, best_used = -1, -1, 0.0
-        for slot in free_slots:
-            record = self._records[slot]
-            reuse = self.reusable(record, prompt)
-            if reuse > best_reuse or (reuse == best_reuse and record.last_used < best_used):
-                best_slot, best_reuse, best_used = slot, reuse, record.last_used
-        copies = {slot: self.reusable(record, prompt) for slot, record in running.items()}
-        source = max(copies, key=copies.__getitem__, default=None)
-        if source is not None and copies[source] - best_reuse >= COPY_MIN_GAIN:
-            return Reuse(self.least_recently_used(free_slots), copies[source], source)
-        return Reuse(best_slot, best_reuse)
+        own = {slot: self.reusable(self._records[slot], prompt) for slot in free_slots}
+        slot = self._slot_in_place(prompt, free_slots, own)
+        sources = {source: self.reusable(record, prompt) for source, record in running.items()}
+        sources.update((source, cells) for source, cells in own.items() if source != slot)
+        source = max(sources, key=sources.__getitem__, default=None)
+        if source is not None and sources[source] - own[slot] >= COPY_MIN_GAIN:
+            targets = [target for target in free_slots if target != source]
+            return Reuse(self.least_recently_used(targets), sources[source], source)
+        return Reuse(slot, own[slot])
+
+    def _slot_in_place(self, prompt: list[int], free_slots: list[int], own: dict[int, int]) -> int:
+        """The free slot holding the most of `prompt` (least recently used first among equals), among those
+        whose other cells it may drop: cells a prompt does not share hold another conversation, asked for again
+        at its next turn. An empty slot takes the prompt rather than drop any; with none, a slot is taken only
+        by a prompt that keeps at least as many of its cells as it drops; failing both, the least recently
+        used."""
+        dropped = {slot: len(self._records[slot].tokens) - common_prefix(self._records[slot].tokens, prompt)
+                   for slot in free_slots}
+        empty = any(not self._records[slot].tokens for slot in free_slots)
+        in_place = [slot for slot in free_slots if dropped[slot] <= (0 if empty else own[slot])]
+        if not in_place:
+            return self.least_recently_used(free_slots)
+        return max(in_place, key=lambda slot: (own[slot], -self._records[slot].last_used))
 
     def least_recently_used(self, free_slots: list[int]) -> int:
         """The free slot whose cells are the least likely to be asked for again."""
@@ -113,7 +132,7 @@ class PrefixCache:
         limit = len(prompt) - 2
         if not self.every_cell:
             limit = min(limit, record.exact)
-        common = len(os.path.commonprefix([record.tokens[:limit], prompt[:limit]]))
+        common = common_prefix(record.tokens[:limit], prompt[:limit])
         return common if self.every_cell else align_down(common)
 
     def claim(self, slot: int) -> None:

@@ -97,7 +97,7 @@ class Admission:
     sequence: Sequence
     slot: int
     reuse: int  # leading prompt tokens whose cells the slot holds once `source` is copied in
-    source: int | None = None  # a running slot whose stream is copied into this one first
+    source: int | None = None  # another slot (running or free) whose stream is copied into this one first
 
 
 def chunk_budget(batch_size: int, ubatch_size: int) -> int:
@@ -113,7 +113,7 @@ class Scheduler:
 
     def admit(self, waiting: deque[Sequence], free_slots: list[int], running: list[Sequence]) -> list[Admission]:
         """First come, first served; each to the free slot holding the most of its prompt, or given a copy
-        of a running slot's cells when that holds more.
+        of another slot's cells when that holds more (prefix_cache.py).
 
         A request with forks (n > 1) waits until it and every fork have a slot, and holds back those
         behind it: the forks receive a copy of its prompt's cells, so they must be ready when its
