@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         max_tokens=args.answer_tokens, parallel=args.parallel, ctx_size=args.ctx_size, threads=args.threads,
         temperature=0.0, seed=0,
         llama_server_bin=find_llama_server(args.llama_server) if any(v[1] == LLAMA_SERVER for v in chosen) else None,
-        out_dir=args.out, publish=args.publish,
+        out_dir=args.out, publish=args.publish, cache_ram=True,
     )
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = PromptFactory(model)

@@ -37,6 +37,9 @@ class BenchConfig:
     worker_args: tuple[str, ...] = ()  # extra `llm-worker serve` flags (bench/chat.py runs its cache modes)
     worker_env: tuple[tuple[str, str], ...] = ()  # extra environment for llm-worker (e.g. LLAMA_CPP_LIB_PATH)
     peer_args: tuple[str, ...] = ()  # extra llama-server flags (bench/speculative.py's --spec-type)
+    # Each server's host-memory prompt cache (--cache-ram, on by default in both): off unless the workload comes
+    # back to prompts its slots gave up (bench/chat.py); with distinct prompts it only holds memory (peak RSS).
+    cache_ram: bool = False
 
     @property
     def ctx_per_slot(self) -> int:

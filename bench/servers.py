@@ -34,16 +34,14 @@ def server_command(name: str, cfg: BenchConfig, port: int) -> tuple[list[str], s
         return base + [
             "serve", "--model", str(cfg.model), *host, "--parallel", str(cfg.parallel),
             "--ctx-size", str(cfg.ctx_size), "--threads", str(cfg.threads), "--log-level", "warning",
-            *cfg.worker_args,
+            *(() if cfg.cache_ram else ("--cache-ram", "0")), *cfg.worker_args,
         ], "/health"
     if name == LLAMA_SERVER:
         assert cfg.llama_server_bin is not None
         return [
             str(cfg.llama_server_bin), "-m", str(cfg.model), *host,
             "-np", str(cfg.parallel), "-c", str(cfg.ctx_size), "-t", str(cfg.threads), "-tb", str(cfg.threads),
-            # Keep the web UI and the host-memory prompt cache out of the measurement: neither
-            # helps this workload (every prompt is distinct) and the cache would inflate RSS.
-            "--no-webui", "--cache-ram", "0", *cfg.peer_args,
+            "--no-webui", *(() if cfg.cache_ram else ("--cache-ram", "0")), *cfg.peer_args,
         ], "/health"
     if name == LLAMA_CPP_PY:
         return [

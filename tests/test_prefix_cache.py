@@ -226,6 +226,35 @@ async def test_eviction_with_more_conversations_than_slots(http, model_path, wor
     assert all(hit >= 64 for c in interleaved for hit in cached(c)[1:])  # the system prompt alone is ~90 tokens
 
 
+async def test_conversations_outnumbering_slots_come_back_from_host_memory(http, worker_off, tmp_path):
+    """One slot, two conversations taking turns: each turn pushes the other's cells out of the slot into host
+    memory (--cache-ram), and the other's next turn loads them back: it reuses its whole history, and every
+    answer is what a cold worker gives."""
+    one_slot = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048")
+    histories = [[{"role": "system", "content": SYSTEM}] for _ in range(2)]
+    answers, usages = [[], []], [[], []]
+    try:
+        for turn in range(3):
+            for c in range(2):
+                histories[c].append({"role": "user", "content": QUESTIONS[c][turn]})
+                result = await openai_once(http, one_slot.url + "/v1/chat/completions",
+                                           {"messages": histories[c], **GREEDY})
+                answers[c].append(completion_text(result))
+                usages[c].append(result["usage"])
+                histories[c].append({"role": "assistant", "content": answers[c][-1]})
+        async with http.get(one_slot.url + "/metrics") as response:
+            metrics = await response.text()
+    finally:
+        assert one_slot.stop() == 0, one_slot.log()[-3000:]
+    held = next(line for line in metrics.splitlines() if line.startswith("llm_worker_cache_ram_bytes"))
+    assert float(held.split()[-1]) > 0  # the conversation not in the slot is in host memory
+    cold = [[t["answer"] for t in await converse(http, worker_off.url, QUESTIONS[c][:3])] for c in range(2)]
+    assert answers == cold
+    for usage in usages:  # the system prompt alone is ~90 tokens; each turn's prompt holds the one before
+        assert all(later["prompt_tokens_details"]["cached_tokens"] >= earlier["prompt_tokens"]
+                   for earlier, later in zip(usage, usage[1:])), usage
+
+
 async def test_cancelled_request_leaves_nothing_wrongly_reused(http, base_url, worker_off):
     """A client that hangs up mid-answer: a later request over the same prompt answers as on a cold worker."""
     prompt = long_prompts()[1]

@@ -121,6 +121,11 @@ def cli() -> None:
          help="Reuse KV cells a new prompt shares with a finished request's. exact: only cells that are bitwise "
               "what a fresh prefill makes, so greedy text never changes; fast: every matching cell, as "
               "llama-server does (text may change); off: prefill every prompt whole.")
+@_option("--cache-ram", env="CACHE_RAM", section=CACHE, type=click.IntRange(min=0), default=8192, show_default=True,
+         metavar="MIB",
+         help="Host memory (MiB) for slots' cells that a new prompt pushes out, loaded back into a slot when a "
+              "later prompt continues them (more conversations than slots), as llama-server's --cache-ram does; "
+              "exact mode keeps only the cells it may reuse. 0: none.")
 @_option("--cache-type-k", env="CACHE_TYPE_K", section=CACHE, type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]),
          default=None,
          help="KV cache type for K.  [default: q8_0 in exact and off modes on the cpu backend (a K type other than "

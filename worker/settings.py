@@ -42,7 +42,7 @@ class Settings:
 def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
-        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue",
+        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue", "cache_ram",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
         "model_draft", "draft_max", "draft_min",
     )}

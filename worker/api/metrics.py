@@ -36,6 +36,9 @@ class _EngineGauges(Collector):
         yield GaugeMetricFamily("llm_worker_kv_cache_cached_ratio",
                                 "KV cells kept in free slots for the prefix cache / KV cells.",
                                 stats.kv_cells_cached / stats.kv_cells_total if stats.kv_cells_total else 0.0)
+        yield GaugeMetricFamily("llm_worker_cache_ram_bytes",
+                                "Host memory holding KV cells pushed out of slots by other prompts (--cache-ram).",
+                                stats.cache_ram_bytes)
         yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode for the decode rows, one per prefill chunk).", stats.steps)
         yield CounterMetricFamily("llm_worker_engine_step_seconds", "Engine thread time in steps, idle excluded.",
                                   stats.step_s)

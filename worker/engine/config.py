@@ -48,6 +48,7 @@ class EngineConfig:
     threads: int = default_threads()
     max_queue: int = 64
     prefix_cache: CacheMode = CacheMode.EXACT
+    cache_ram: int = 8192  # MiB of host memory for slots' cells dropped for other prompts (host_cache.py); 0: none
     cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's choice (attention.py)
     cache_type_v: str | None = None
     flash_attn: str = "auto"  # one of FLASH_ATTN

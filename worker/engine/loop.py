@@ -18,6 +18,7 @@ from worker.engine.draft_model import DraftModel
 from worker.engine.drafts import SpecType
 from worker.engine.embeddings import Embedder, EmbeddingJob
 from worker.engine.errors import QueueFull
+from worker.engine.host_cache import HostCache
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache
 from worker.engine.requests import FinishReason
@@ -43,7 +44,8 @@ class EngineLoop:
         self._running: list[Sequence] = []
         self._free_slots = list(range(self.config.parallel))
         self._stopping = False
-        self.cache = PrefixCache(cache_mode, self.config.parallel)
+        host = HostCache(self.config.cache_ram) if self.config.cache_ram else None
+        self.cache = PrefixCache(cache_mode, self.config.parallel, host)
         budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
         pace = Pace()
         self._scheduler = Scheduler(self.cache, budget, pace)
@@ -97,6 +99,7 @@ class EngineLoop:
             # From positions, not native calls: running sequences hold n_past cells each.
             kv_cells_used=sum(seq.n_past for seq in running),
             kv_cells_cached=sum(self.cache.cells_held(slot) for slot in list(self._free_slots)),
+            cache_ram_bytes=self.cache.host.bytes_held if self.cache.host else 0,
             kv_cells_total=self.model.n_ctx,
             steps=totals[0],
             step_s=totals[1],

@@ -10,9 +10,11 @@ the least recently used free slot. When another slot, running or free, holds a
 longer prefix than the chosen one (a shared system prompt, a conversation's
 earlier turn still being answered), that stream is copied into the least recently
 used free slot instead (llama.cpp copies a stream whole, before the next decode),
-if that saves at least COPY_MIN_GAIN tokens of prefill. A request whose prefix
-another request is still prefilling waits for those cells rather than prefilling
-the same tokens beside it (scheduler.py).
+if that saves at least COPY_MIN_GAIN tokens of prefill. A slot's cells dropped for
+another prompt are saved to host memory first (host_cache.py, `--cache-ram`), and
+loaded back into a free slot the same way when a prompt continues them. A request
+whose prefix another request is still prefilling waits for those cells rather
+than prefilling the same tokens beside it (scheduler.py).
 
 What "reusable" means depends on the mode:
 - exact: only cells made by prefill chunks that start and end on multiples of
@@ -33,6 +35,8 @@ import enum
 import os
 import time
 from dataclasses import dataclass, field
+
+from worker.engine.host_cache import HostCache, SavedCells
 
 # Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
 # numerics do not depend on where a prompt is cut (bench/probes/kvrule.py), but repacked quantized
@@ -66,6 +70,7 @@ class Reuse:
     slot: int  # the free slot the request runs in
     cells: int  # leading prompt tokens whose cells it starts with
     source: int | None = None  # another slot (running or free) whose stream is copied in first; None: the slot's own cells
+    saved: SavedCells | None = None  # cells in host memory loaded into the slot first (host_cache.py)
 
 
 @dataclass
@@ -81,10 +86,11 @@ def held(tokens: list[int], prefilled: int) -> SlotRecord:
 
 
 class PrefixCache:
-    def __init__(self, mode: CacheMode, slots: int) -> None:
+    def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None) -> None:
         self.mode = mode
         self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included
         self._records = [SlotRecord() for _ in range(slots)]
+        self.host = host if mode is not CacheMode.OFF else None  # None: dropped cells are gone
 
     def trust_decoded_cells(self) -> None:
         """The numerics make answers' cells bitwise what prefill makes (numerics.py): exact may reuse them all."""
@@ -101,10 +107,14 @@ class PrefixCache:
         sources = {source: self.reusable(record, prompt) for source, record in running.items()}
         sources.update((source, cells) for source, cells in own.items() if source != slot)
         source = max(sources, key=sources.__getitem__, default=None)
+        choice = Reuse(slot, own[slot])
         if source is not None and sources[source] - own[slot] >= COPY_MIN_GAIN:
             targets = [target for target in free_slots if target != source]
-            return Reuse(self.least_recently_used(targets), sources[source], source)
-        return Reuse(slot, own[slot])
+            choice = Reuse(self.least_recently_used(targets), sources[source], source)
+        saved = max(self.host.entries if self.host else [], key=lambda e: self.reusable(e.record, prompt), default=None)
+        if saved is not None and self.reusable(saved.record, prompt) - choice.cells >= COPY_MIN_GAIN:
+            return Reuse(self.least_recently_used(free_slots), self.reusable(saved.record, prompt), saved=saved)
+        return choice
 
     def _slot_in_place(self, prompt: list[int], free_slots: list[int], own: dict[int, int]) -> int:
         """The free slot holding the most of `prompt` (least recently used first among equals), among those
@@ -145,6 +155,16 @@ class PrefixCache:
         """A request left: its stream holds `tokens`, of which the first `prefilled` came from prefill chunks."""
         self._records[slot] = held(tokens, prefilled)
         self._records[slot].last_used = time.monotonic()
+
+    def worth_saving(self, slot: int, kept: int) -> SlotRecord | None:
+        """What of a slot's cells to save to host memory before a request keeping only its first `kept` takes
+        it: the cells this mode may reuse, if that is COPY_MIN_GAIN more than kept and not saved already."""
+        held_cells = self.cells_held(slot)
+        if self.host is None or held_cells - kept < COPY_MIN_GAIN:
+            return None
+        record = self._records[slot]
+        tokens = record.tokens[:held_cells]
+        return None if self.host.holds(tokens) else SlotRecord(tokens, min(record.exact, held_cells), record.last_used)
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]

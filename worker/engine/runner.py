@@ -7,12 +7,14 @@ logits is sampled right after its call, by the sequence's own native chain.
 
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass
 
 import llama_cpp
 import structlog
 
+from worker.engine.host_cache import SavedCells
 from worker.engine.logprobs import LogprobReader
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
@@ -53,6 +55,9 @@ class ModelRunner:
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
         self._end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
         self.decode_s = 0.0  # cumulative time inside llama_decode
+        # Slots in a stream copy llama.cpp has not carried out yet (it does at the next llama_decode): their bytes
+        # are not what their cells will hold, so they are neither saved to host memory nor loaded into.
+        self._copying: set[int] = set()
 
     def close(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
@@ -60,11 +65,15 @@ class ModelRunner:
     def start(self, admission: Admission) -> None:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
         seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
+        self._save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
         self.cache.claim(slot)
         if admission.source is not None:
             # llama.cpp copies another slot's stream only whole, before the next llama_decode: the source's
             # cells up to now, which its own next token does not touch.
             llama_cpp.llama_memory_seq_cp(self.model.memory, admission.source, slot, -1, -1)
+            self._copying.update((admission.source, slot))
+        if admission.saved is not None:
+            reuse = self._restore(slot, admission)
         # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them.
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
@@ -75,6 +84,30 @@ class ModelRunner:
             self.speculator.start(seq)
         reasoning = seq.request.reasoning
         seq.text = StreamingText(seq.request.stop, ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
+
+    def _save_dropped(self, slot: int, kept: int) -> None:
+        """Save the cells a request taking `slot` drops (all past its first `kept`) to host memory, if worth it."""
+        record = self.cache.worth_saving(slot, kept)
+        if record is None or slot in self._copying:
+            return
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
+        size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
+        data = (ctypes.c_uint8 * size)()
+        if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
+            self.cache.host.add(SavedCells(record, data))
+            log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
+
+    def _restore(self, slot: int, admission: Admission) -> int:
+        """Load the admission's saved cells into its emptied slot: the cells it reuses (0 where it cannot)."""
+        saved = admission.saved
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+        if slot not in self._copying and \
+                llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
+            log.debug("cells_restored", slot=slot, cells=len(saved.record.tokens), bytes=saved.size)
+            return admission.reuse
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+        self.cache.host.add(saved)  # still whole in host memory: another prompt may find it
+        return 0
 
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
@@ -149,9 +182,7 @@ class ModelRunner:
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = settle.tokens[pos], pos, 1
             batch.seq_id[i][0], batch.logits[i] = settle.slot, False
         batch.n_tokens = settle.end - settle.start
-        started = time.perf_counter()
-        rc = llama_cpp.llama_decode(self.model.ctx, batch)
-        self.decode_s += time.perf_counter() - started
+        rc = self._llama_decode(batch)
         if rc == 0:
             self.cache.settled(settle)
         else:
@@ -202,6 +233,7 @@ class ModelRunner:
     def _fork(self, parent: Sequence, fork: Sequence) -> None:
         """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
         llama_cpp.llama_memory_seq_cp(self.model.memory, parent.slot, fork.slot, -1, -1)
+        self._copying.update((parent.slot, fork.slot))
         fork.n_past, fork.cached = parent.n_past, parent.cached
         fork.state = SequenceState.DECODING
 
@@ -247,9 +279,7 @@ class ModelRunner:
             batch.seq_id[i][0] = row.seq.slot
             batch.logits[i] = row.logits
         batch.n_tokens = len(rows)
-        started = time.perf_counter()
-        rc = llama_cpp.llama_decode(self.model.ctx, batch)
-        self.decode_s += time.perf_counter() - started
+        rc = self._llama_decode(batch)
         if rc == 0:
             return True
         # Nothing of this call can be trusted; end its sequences, keep serving the others.
@@ -258,6 +288,14 @@ class ModelRunner:
         for seq in failed:
             self.retire(seq, FinishReason.ERROR, events, f"llama_decode failed with status {rc}")
         return False
+
+    def _llama_decode(self, batch: llama_cpp.llama_batch) -> int:
+        """llama_decode, timed; it carries out the stream copies asked for before it."""
+        started = time.perf_counter()
+        rc = llama_cpp.llama_decode(self.model.ctx, batch)
+        self.decode_s += time.perf_counter() - started
+        self._copying.clear()
+        return rc
 
     def _on_token(self, seq: Sequence, token: int, now: float, events: Events) -> None:
         seq.generated.append(token)

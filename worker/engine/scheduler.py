@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
+from worker.engine.host_cache import SavedCells
 from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
 from worker.engine.sequence import Sequence, SequenceState
 
@@ -43,6 +44,7 @@ class SchedulerStats:
     kv_cells_used: int  # held by running requests
     kv_cells_total: int
     kv_cells_cached: int = 0  # kept in free slots for the prefix cache; given up as slots are needed
+    cache_ram_bytes: int = 0  # host memory holding cells pushed out of slots (host_cache.py)
     # Cumulative, for "where does a step's time go": llama_decode vs everything else on the thread.
     steps: int = 0
     step_s: float = 0.0
@@ -98,6 +100,7 @@ class Admission:
     slot: int
     reuse: int  # leading prompt tokens whose cells the slot holds once `source` is copied in
     source: int | None = None  # another slot (running or free) whose stream is copied into this one first
+    saved: SavedCells | None = None  # cells in host memory loaded into this slot first (host_cache.py)
 
 
 def chunk_budget(batch_size: int, ubatch_size: int) -> int:
@@ -137,7 +140,9 @@ class Scheduler:
                     continue
             waiting.remove(sequence)
             free_slots.remove(choice.slot)
-            admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source))
+            if choice.saved is not None:  # this request's now: no other may load it too
+                self.cache.host.take(choice.saved)
+            admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source, choice.saved))
             prefilling.append(sequence)  # from this step on: a burst's later requests wait for its cells
             for fork in sequence.forks:
                 slot = self.cache.least_recently_used(free_slots)

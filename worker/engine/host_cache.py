@@ -1,0 +1,64 @@
+"""Slots' cells kept in host memory when their slot goes to another prompt, restored when asked for again.
+
+With more conversations than slots, a conversation's slot is given to another one between its turns, and its
+next turn would prefill its whole history again. llama-server keeps an evicted slot's state in RAM (`--cache-ram`,
+8 GiB by default) and loads it back into a slot when a prompt continues it; so does this. The cells come back as
+the same bytes (`llama_state_seq_get_data` / `llama_state_seq_set_data`, in runner.py), so exact mode's promise holds: only the
+cells the prefix cache may reuse in its mode are kept (prefix_cache.py), and a restored stream is reused as the
+slot it left would have been. Saving a 1,000-cell stream of the test model is ~17 MB and a few ms.
+
+Entries are kept oldest first and dropped oldest first past the byte limit; an entry whose tokens begin another's
+is dropped for the longer one, and an entry leaves the cache when it is restored (it is in a slot again).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # prefix_cache.py asks this cache for entries: the arrow points here
+    from worker.engine.prefix_cache import SlotRecord
+
+MIB = 1 << 20
+
+
+@dataclass(eq=False)
+class SavedCells:
+    record: SlotRecord  # what the cells hold, as the slot's record said when they were saved
+    data: ctypes.Array  # the slot's stream, as llama_state_seq_get_data wrote it
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+
+class HostCache:
+    def __init__(self, limit_mib: int) -> None:
+        self.limit_bytes = limit_mib * MIB
+        self._entries: list[SavedCells] = []  # oldest first
+
+    @property
+    def entries(self) -> list[SavedCells]:
+        return list(self._entries)
+
+    @property
+    def bytes_held(self) -> int:
+        return sum(entry.size for entry in self._entries)
+
+    def holds(self, tokens: list[int]) -> bool:
+        """Whether an entry already holds these tokens' cells (at the start of its own)."""
+        return any(entry.record.tokens[:len(tokens)] == tokens for entry in self._entries)
+
+    def add(self, saved: SavedCells) -> None:
+        if saved.size > self.limit_bytes:
+            return
+        tokens = saved.record.tokens
+        kept = [entry for entry in self._entries if tokens[:len(entry.record.tokens)] != entry.record.tokens]
+        while kept and sum(entry.size for entry in kept) + saved.size > self.limit_bytes:
+            kept.pop(0)
+        self._entries = kept + [saved]  # replaced whole: /metrics reads it from another thread
+
+    def take(self, saved: SavedCells) -> None:
+        """The entry goes back into a slot: it leaves the cache (the slot holds it now)."""
+        self._entries = [entry for entry in self._entries if entry is not saved]
