@@ -5,13 +5,13 @@ from __future__ import annotations
 import ctypes
 
 from worker.engine.host_cache import MIB, HostCache, SavedCells
-from worker.engine.prefix_cache import CacheMode, PrefixCache, Reuse, SlotRecord
+from worker.engine.prefix_cache import CacheMode, PrefixCache, Reuse
 
 SYSTEM = list(range(1000, 1100))  # a 100-token system prompt
 
 
 def saved(tokens: list[int], mib: int = 1) -> SavedCells:
-    return SavedCells(SlotRecord(tokens, len(tokens)), (ctypes.c_uint8 * (mib * MIB))())
+    return SavedCells(tokens, len(tokens), (ctypes.c_uint8 * (mib * MIB))())
 
 
 def test_the_oldest_entries_go_first_past_the_limit():

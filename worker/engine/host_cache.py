@@ -15,17 +15,14 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # prefix_cache.py asks this cache for entries: the arrow points here
-    from worker.engine.prefix_cache import SlotRecord
 
 MIB = 1 << 20
 
 
 @dataclass(eq=False)
 class SavedCells:
-    record: SlotRecord  # what the cells hold, as the slot's record said when they were saved
+    tokens: list[int]  # what the cells hold, at positions 0..len-1
+    exact: int  # of them, the leading cells made by aligned prefill (prefix_cache.SlotRecord.exact)
     data: ctypes.Array  # the slot's stream, as llama_state_seq_get_data wrote it
 
     @property
@@ -48,13 +45,13 @@ class HostCache:
 
     def holds(self, tokens: list[int]) -> bool:
         """Whether an entry already holds these tokens' cells (at the start of its own)."""
-        return any(entry.record.tokens[:len(tokens)] == tokens for entry in self._entries)
+        return any(entry.tokens[:len(tokens)] == tokens for entry in self._entries)
 
     def add(self, saved: SavedCells) -> None:
         if saved.size > self.limit_bytes:
             return
-        tokens = saved.record.tokens
-        kept = [entry for entry in self._entries if tokens[:len(entry.record.tokens)] != entry.record.tokens]
+        tokens = saved.tokens
+        kept = [entry for entry in self._entries if tokens[:len(entry.tokens)] != entry.tokens]
         while kept and sum(entry.size for entry in kept) + saved.size > self.limit_bytes:
             kept.pop(0)
         self._entries = kept + [saved]  # replaced whole: /metrics reads it from another thread

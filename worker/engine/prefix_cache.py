@@ -111,9 +111,11 @@ class PrefixCache:
         if source is not None and sources[source] - own[slot] >= COPY_MIN_GAIN:
             targets = [target for target in free_slots if target != source]
             choice = Reuse(self.least_recently_used(targets), sources[source], source)
-        saved = max(self.host.entries if self.host else [], key=lambda e: self.reusable(e.record, prompt), default=None)
-        if saved is not None and self.reusable(saved.record, prompt) - choice.cells >= COPY_MIN_GAIN:
-            return Reuse(self.least_recently_used(free_slots), self.reusable(saved.record, prompt), saved=saved)
+        saved = {entry: self.reusable(SlotRecord(entry.tokens, entry.exact), prompt)
+                 for entry in (self.host.entries if self.host else [])}
+        best = max(saved, key=saved.__getitem__, default=None)
+        if best is not None and saved[best] - choice.cells >= COPY_MIN_GAIN:
+            return Reuse(self.least_recently_used(free_slots), saved[best], saved=best)
         return choice
 
     def _slot_in_place(self, prompt: list[int], free_slots: list[int], own: dict[int, int]) -> int:

@@ -94,7 +94,7 @@ class ModelRunner:
         size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
         data = (ctypes.c_uint8 * size)()
         if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
-            self.cache.host.add(SavedCells(record, data))
+            self.cache.host.add(SavedCells(record.tokens, record.exact, data))
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
 
     def _restore(self, slot: int, admission: Admission) -> int:
@@ -103,7 +103,7 @@ class ModelRunner:
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
         if slot not in self._copying and \
                 llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
-            log.debug("cells_restored", slot=slot, cells=len(saved.record.tokens), bytes=saved.size)
+            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
             return admission.reuse
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
         self.cache.host.add(saved)  # still whole in host memory: another prompt may find it
