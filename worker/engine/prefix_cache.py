@@ -69,7 +69,7 @@ def common_prefix(held_tokens: list[int], prompt: list[int]) -> int:
 class Reuse:
     slot: int  # the free slot the request runs in
     cells: int  # leading prompt tokens whose cells it starts with
-    source: int | None = None  # another slot (running or free) whose stream is copied in first; None: the slot's own cells
+    source: int | None = None  # another slot (running or free) whose stream is copied in first; None: its own
     saved: SavedCells | None = None  # cells in host memory loaded into the slot first (host_cache.py)
 
 
