@@ -22,7 +22,7 @@ from worker.engine.drafts import (
     EXPLORE_EVERY, Acceptance, Candidate, PassCosts, SpecType, StepYields, micro_batches, plan_drafts,
 )
 from worker.engine.ngram import TokenHistory
-from worker.engine.requests import Request
+from worker.engine.requests import Request, SamplingParams
 from worker.engine.sequence import Sequence
 from worker.engine.speculation import PromptLookup, Speculator
 
@@ -263,6 +263,28 @@ def test_an_offer_not_drafted_is_learnt_from_the_tokens_that_follow():
     before = wrong.draft.acceptance.rate_over(0.9)
     speculator.generated(wrong, 7)  # not what the offer said
     assert wrong.draft.acceptance.rate_over(0.9) < before and wrong.draft.shadow is None
+
+
+def test_sampled_answers_do_not_hold_back_the_drafts_of_greedy_requests():
+    """Sampled answers keep few drafted tokens: what they teach the rule is kept apart from what greedy requests
+    teach it, so after a burst of them a greedy request that copies drafts from its first step."""
+    text = list(range(100, 160))
+    speculator = Speculator(EngineConfig(spec_type=SpecType.NGRAM), PromptLookup())
+    speculator.costs = cpu_costs()
+    for _ in range(6):
+        sampled = Sequence(Request(prompt_tokens=text + text[:20], max_tokens=200,
+                                   sampling=SamplingParams(temperature=2.0)), slot=0)
+        speculator.start(sampled)
+        for _ in range(8):  # every draft, and every offer held against the tokens that follow, is wrong
+            drafts = speculator.drafts([sampled])
+            if drafts:
+                speculator.verified(sampled, len(drafts[sampled]), 0)
+            else:
+                speculator.generated(sampled, 7)
+    greedy = Sequence(Request(prompt_tokens=text + text[:20], max_tokens=200,
+                              sampling=SamplingParams(temperature=0.0)), slot=0)
+    speculator.start(greedy)
+    assert greedy in speculator.drafts([greedy])
 
 
 def test_a_rejected_draft_backs_off_and_is_tried_again_later():

@@ -59,13 +59,20 @@ class Speculator:
         self.proposer = proposer
         self.costs = PassCosts()
         self.yields = StepYields(from_rows=1 if proposer.decodes else 2)
-        self.acceptance = {kind: Acceptance(prior) for kind, prior in proposer.priors.items()}
+        # Per kind, apart for greedy and sampled requests: a sampled answer keeps fewer drafted tokens, and a burst
+        # of them must not hold back the drafts of greedy requests that copy (nor greedy ones inflate theirs).
+        self.acceptance = {(kind, greedy): Acceptance(prior)
+                           for kind, prior in proposer.priors.items() for greedy in (True, False)}
 
     def start(self, seq: Sequence) -> None:
         """A sequence drafts unless its request turned drafting off (draft_max 0)."""
         if self._limit(seq) > 0:
             history = TokenHistory(seq.prompt) if self.kind is SpecType.NGRAM else None
             seq.draft = DraftState(history)
+
+    def _kind(self, seq: Sequence, kind: int) -> Acceptance:
+        """What drafts of this kind are worth for requests sampled as `seq` is (greedy or not)."""
+        return self.acceptance[kind, seq.request.sampling.temperature <= 0]
 
     def _limit(self, seq: Sequence) -> int:
         asked = seq.request.sampling.draft_max
@@ -75,7 +82,7 @@ class Speculator:
         """This step's drafts, for some of the decode rows' sequences (in slot order)."""
         offers = self._offers(decode)
         trying = self.yields.worth_trying(len(decode))
-        candidates = [Candidate(seq.slot, offer.count, seq.draft.acceptance.rate_over(self.acceptance[offer.kind].rate))
+        candidates = [Candidate(seq.slot, offer.count, seq.draft.acceptance.rate_over(self._kind(seq, offer.kind).rate))
                       for seq, offer in offers.items() if trying and offer.count >= max(1, self.draft_min)]
         counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min) if candidates \
             else {}
@@ -106,7 +113,7 @@ class Speculator:
         state = seq.draft
         if state.shadow is not None or (offer.tokens is None and not trying):
             return
-        for estimate in self.acceptance[offer.kind], state.acceptance:
+        for estimate in self._kind(seq, offer.kind), state.acceptance:
             estimate.skipped()
         if offer.tokens is not None:
             state.shadow = Shadow(offer.kind, offer.tokens)
@@ -120,7 +127,7 @@ class Speculator:
             return
         # Learnt token by token, as they come: a copying run shows itself before the offer's end.
         right = token == shadow.tokens[shadow.matched]
-        for estimate in self.acceptance[shadow.kind], state.acceptance:
+        for estimate in self._kind(seq, shadow.kind), state.acceptance:
             estimate.learn(right)
         shadow.matched += right
         if not right or shadow.matched == len(shadow.tokens):
@@ -131,7 +138,7 @@ class Speculator:
 
     def verified(self, seq: Sequence, drafted: int, accepted: int) -> None:
         state = seq.draft
-        self.acceptance[state.kind].observe(drafted, accepted)
+        self._kind(seq, state.kind).observe(drafted, accepted)
         state.acceptance.observe(drafted, accepted)
         state.drafted += drafted
         state.accepted += accepted
