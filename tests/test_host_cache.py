@@ -24,6 +24,17 @@ def test_the_oldest_entries_go_first_past_the_limit():
     assert cache.entries == [second, third]
 
 
+def test_out_of_memory_the_cache_holds_less_from_then_on():
+    cache = HostCache(limit_mib=8)
+    entries = [saved(SYSTEM + [n]) for n in range(5)]
+    for entry in entries:
+        cache.add(entry)
+    cache.shrink()  # 5 MiB held: at most 2 MiB from now on, the newest kept
+    assert cache.limit_bytes == 2 * MIB and cache.entries == entries[3:]
+    cache.add(saved(SYSTEM + [9]))
+    assert len(cache.entries) == 2
+
+
 def test_an_entry_that_begins_a_longer_one_gives_way_to_it():
     cache = HostCache(limit_mib=8)
     turn = saved(SYSTEM + [1, 2])

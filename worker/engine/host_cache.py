@@ -57,6 +57,14 @@ class HostCache:
             kept.pop(0)
         self._entries = kept + [saved]  # replaced whole: /metrics reads it from another thread
 
+    def shrink(self) -> None:
+        """Host memory ran out: hold at most 40 % of what is held now, dropping the oldest (as llama-server does)."""
+        self.limit_bytes = max(1, int(0.4 * self.bytes_held))
+        kept = list(self._entries)
+        while kept and sum(entry.size for entry in kept) > self.limit_bytes:
+            kept.pop(0)
+        self._entries = kept
+
     def take(self, saved: SavedCells) -> None:
         """The entry goes back into a slot: it leaves the cache (the slot holds it now)."""
         self._entries = [entry for entry in self._entries if entry is not saved]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import llama_cpp
 import structlog
 
-from worker.engine.host_cache import SavedCells
+from worker.engine.host_cache import MIB, SavedCells
 from worker.engine.logprobs import LogprobReader
 from worker.engine.model import LlamaModel
 from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
@@ -92,7 +92,12 @@ class ModelRunner:
             return
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
         size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
-        data = (ctypes.c_uint8 * size)()
+        try:
+            data = (ctypes.c_uint8 * size)()
+        except MemoryError:  # the machine has less to spare than --cache-ram says: hold less from now on
+            self.cache.host.shrink()
+            log.warning("cache_ram_reduced", limit_mib=self.cache.host.limit_bytes // MIB, bytes_not_saved=size)
+            return
         if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
             self.cache.host.add(SavedCells(record.tokens, record.exact, data))
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
