@@ -53,17 +53,22 @@ class HostCache:
             return
         tokens = saved.tokens
         kept = [entry for entry in self._entries if tokens[:len(entry.tokens)] != entry.tokens]
-        while kept and sum(entry.size for entry in kept) + saved.size > self.limit_bytes:
-            kept.pop(0)
-        self._entries = kept + [saved]  # replaced whole: /metrics reads it from another thread
+        self._entries = self._newest_within(kept, self.limit_bytes - saved.size) + [saved]
 
     def shrink(self) -> None:
         """Host memory ran out: hold at most 40 % of what is held now, dropping the oldest (as llama-server does)."""
         self.limit_bytes = max(1, int(0.4 * self.bytes_held))
-        kept = list(self._entries)
-        while kept and sum(entry.size for entry in kept) > self.limit_bytes:
-            kept.pop(0)
-        self._entries = kept
+        self._entries = self._newest_within(self._entries, self.limit_bytes)
+
+    @staticmethod
+    def _newest_within(entries: list[SavedCells], limit: int) -> list[SavedCells]:
+        """The entries left once the oldest are dropped until the rest take at most `limit` bytes (a new list: the
+        cache's is replaced whole, since /metrics reads it from another thread)."""
+        total, first = sum(entry.size for entry in entries), 0
+        while first < len(entries) and total > limit:
+            total -= entries[first].size
+            first += 1
+        return entries[first:]
 
     def take(self, saved: SavedCells) -> None:
         """The entry goes back into a slot: it leaves the cache (the slot holds it now)."""

@@ -166,7 +166,7 @@ class PrefixCache:
             return None
         record = self._records[slot]
         tokens = record.tokens[:held_cells]
-        return None if self.host.holds(tokens) else SlotRecord(tokens, min(record.exact, held_cells), record.last_used)
+        return None if self.host.holds(tokens) else SlotRecord(tokens, min(record.exact, held_cells))
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]

@@ -103,14 +103,13 @@ class ModelRunner:
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
 
     def _restore(self, slot: int, admission: Admission) -> int:
-        """Load the admission's saved cells into its emptied slot: the cells it reuses (0 where it cannot)."""
+        """Load the admission's saved cells into its slot: the cells it reuses (0 where it cannot). llama.cpp
+        empties the slot before loading, and again if the load fails."""
         saved = admission.saved
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
         if slot not in self._copying and \
                 llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
             log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
             return admission.reuse
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
         self.cache.host.add(saved)  # still whole in host memory: another prompt may find it
         return 0
 

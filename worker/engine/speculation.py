@@ -70,7 +70,7 @@ class Speculator:
             history = TokenHistory(seq.prompt) if self.kind is SpecType.NGRAM else None
             seq.draft = DraftState(history)
 
-    def _kind(self, seq: Sequence, kind: int) -> Acceptance:
+    def _kind_acceptance(self, seq: Sequence, kind: int) -> Acceptance:
         """What drafts of this kind are worth for requests sampled as `seq` is (greedy or not)."""
         return self.acceptance[kind, seq.request.sampling.temperature <= 0]
 
@@ -82,7 +82,8 @@ class Speculator:
         """This step's drafts, for some of the decode rows' sequences (in slot order)."""
         offers = self._offers(decode)
         trying = self.yields.worth_trying(len(decode))
-        candidates = [Candidate(seq.slot, offer.count, seq.draft.acceptance.rate_over(self._kind(seq, offer.kind).rate))
+        candidates = [Candidate(seq.slot, offer.count,
+                                seq.draft.acceptance.rate_over(self._kind_acceptance(seq, offer.kind).rate))
                       for seq, offer in offers.items() if trying and offer.count >= max(1, self.draft_min)]
         counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min) if candidates \
             else {}
@@ -113,7 +114,7 @@ class Speculator:
         state = seq.draft
         if state.shadow is not None or (offer.tokens is None and not trying):
             return
-        for estimate in self._kind(seq, offer.kind), state.acceptance:
+        for estimate in self._kind_acceptance(seq, offer.kind), state.acceptance:
             estimate.skipped()
         if offer.tokens is not None:
             state.shadow = Shadow(offer.kind, offer.tokens)
@@ -127,7 +128,7 @@ class Speculator:
             return
         # Learnt token by token, as they come: a copying run shows itself before the offer's end.
         right = token == shadow.tokens[shadow.matched]
-        for estimate in self._kind(seq, shadow.kind), state.acceptance:
+        for estimate in self._kind_acceptance(seq, shadow.kind), state.acceptance:
             estimate.learn(right)
         shadow.matched += right
         if not right or shadow.matched == len(shadow.tokens):
@@ -138,7 +139,7 @@ class Speculator:
 
     def verified(self, seq: Sequence, drafted: int, accepted: int) -> None:
         state = seq.draft
-        self._kind(seq, state.kind).observe(drafted, accepted)
+        self._kind_acceptance(seq, state.kind).observe(drafted, accepted)
         state.acceptance.observe(drafted, accepted)
         state.drafted += drafted
         state.accepted += accepted
