@@ -19,7 +19,7 @@ $(BIN)/llm-worker: pyproject.toml
 	touch $@
 
 # Exact mode's second build of the same llama.cpp, without llamafile, for F16/BF16/F32 weights
-# (worker/engine/library.py): 2.4 minutes on 2 cores the first time (measured), cached in ~/.cache/llm-worker/llama.cpp.
+# (worker/engine/exactness/build_choice.py): 2.4 minutes on 2 cores the first time (measured), cached in ~/.cache/llm-worker/llama.cpp.
 NO_LLAMAFILE := $(VENV)/lib/llm-worker/no-llamafile
 $(NO_LLAMAFILE)/libllama.so: $(BIN)/llm-worker
 	scripts/install-no-llamafile cpu-native $(VENV)

@@ -36,7 +36,7 @@ from bench.config import (  # noqa: E402
 from bench.prompts import PromptFactory  # noqa: E402
 from bench.report import environment, machine_line, publish, pyplot, save_chart  # noqa: E402
 from bench.servers import running_server  # noqa: E402
-from worker.engine.library import LIB_PATH_ENV, default_dir  # noqa: E402
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir  # noqa: E402
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
 QUESTIONS = [
@@ -47,7 +47,7 @@ QUESTIONS = [
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
 # Exact mode held to llama-cpp-python's own library (LLAMA_CPP_LIB_PATH), where the worker would load the
-# no-llamafile build (worker/engine/library.py: F16/BF16/F32 weights, or attention without flash attention): what
+# no-llamafile build (worker/engine/exactness/build_choice.py: F16/BF16/F32 weights, or attention without flash attention): what
 # that choice buys. For other weights it is the default row again.
 DEFAULT_BUILD = "llm-worker exact on the default build"
 # (label, server, extra llm-worker flags)

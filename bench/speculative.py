@@ -40,7 +40,7 @@ VARIANTS = [
     ("llama-server ngram-simple", LLAMA_SERVER, ("--spec-type", "ngram-simple")),
     ("llama-server ngram-map-k", LLAMA_SERVER, ("--spec-type", "ngram-map-k")),
 ]
-SOURCES = ("worker/engine/ngram.py", "worker/engine/draw.py", "worker/engine/handle.py", "worker/timefmt.py")
+SOURCES = ("worker/engine/speculative/prompt_lookup.py", "worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "worker/timefmt.py")
 TASKS = ("Rewrite this Python code with every variable named `data` renamed to `buffer`. Output only the code.",
          "Remove all comments from this Python code. Output only the code.",
          "Add a docstring to each function of this Python code. Output the whole code.",

@@ -6,12 +6,12 @@ bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 de
 in a fresh process per configuration, since ggml reads its settings once per process:
   llama.cpp default       flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
   exact, default build    exact mode's choices on llama-cpp-python's own library: flash attention pinned (K cells
-                          q8_0, V f16) and kernels.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K
+                          q8_0, V f16) and exactness/ggml_switches.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K
                           unrepacked)
   exact, no-llamafile     the same on the build without llamafile that `make install` links
-                          (worker/engine/library.py)
-Each exact column also says whether the load-time check (worker/engine/numerics.py) lets exact mode reuse answers
-there, and the last one which build the worker loads for the type (library.py's rule).
+                          (worker/engine/exactness/build_choice.py)
+Each exact column also says whether the load-time check (worker/engine/exactness/load_check.py) lets exact mode reuse answers
+there, and the last one which build the worker loads for the type (exactness/build_choice.py's rule).
 Run: .venv/bin/python bench/run.py weights [--types q4_0,q4_1,...] [--publish]
 (bench/WEIGHTS.md; docs/cache-and-exactness.md, "Per weight type")
 """
@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import REPO_DIR, find_model  # noqa: E402
 from bench.report import publish  # noqa: E402
 from worker.engine.config import EngineConfig  # noqa: E402
-from worker.engine.library import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir  # noqa: E402
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir  # noqa: E402
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "bf16", "q4_k_m", "q6_k")
 PROBE = REPO_DIR / "bench" / "probes" / "prefillspeed.py"
@@ -48,8 +48,8 @@ def requantized(model: Path, qtype: str, folder: Path) -> Path:
 
 
 def exact_settings(path: Path) -> dict[str, str]:
-    """The ggml environment and repacking exact mode chooses for this file (worker/engine/kernels.py)."""
-    from worker.engine.kernels import TILED_MM_ENV, choose_kernels
+    """The ggml environment and repacking exact mode chooses for this file (worker/engine/exactness/ggml_switches.py)."""
+    from worker.engine.exactness.ggml_switches import TILED_MM_ENV, choose_kernels
 
     kernels = choose_kernels(path, row_invariant=True)
     env = {} if kernels.tiled_mm else {TILED_MM_ENV: "0"}
@@ -58,8 +58,8 @@ def exact_settings(path: Path) -> dict[str, str]:
 
 def answers_reused(path: Path, env: dict[str, str]) -> bool:
     """The load-time check, run as the worker runs it, in a fresh process with the same environment."""
-    code = ("import sys; from pathlib import Path; from worker.engine.model import EngineConfig, LlamaModel; "
-            "from worker.engine.numerics import measure; "
+    code = ("import sys; from pathlib import Path; from worker.engine.native.model import EngineConfig, LlamaModel; "
+            "from worker.engine.exactness.load_check import measure; "
             f"m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2)); "
             "print(measure(m).answers_reusable)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, cwd=REPO_DIR,
@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         exact = {**exact_settings(path), "ATTN": "pinned"}
         base = speeds(path, {"ATTN": "fast", **default_build})
         pinned, nolf = speeds(path, {**exact, **default_build}), speeds(path, {**exact, **no_llamafile})
-        # The worker applies kernels.py itself.
+        # The worker applies exactness/ggml_switches.py itself.
         reused_pinned, reused_nolf = answers_reused(path, default_build), answers_reused(path, no_llamafile)
         loads = choose_library(path, EngineConfig()).build
 

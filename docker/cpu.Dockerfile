@@ -18,7 +18,7 @@ RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
 # Exact mode's second build of the same llama.cpp, without llamafile, into the venv: the worker loads
-# it for F16/BF16/F32 weights (worker/engine/library.py).
+# it for F16/BF16/F32 weights (worker/engine/exactness/build_choice.py).
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     scripts/install-no-llamafile ${PRESET} /opt/llm-worker

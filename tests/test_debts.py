@@ -47,14 +47,14 @@ def test_serving_a_local_gguf_imports_neither_the_hub_client_nor_gguf(model_path
 
 def test_serving_loads_llama_cpp_only_once_the_library_is_chosen(model_path):
     """The routes, settings and model resolution come first; which libllama loads depends on the model
-    (worker/engine/library.py), and llama_cpp loads it on import."""
+    (worker/engine/exactness/build_choice.py), and llama_cpp loads it on import."""
     run = _python(
         "import sys\n"
         "from pathlib import Path\n"
         "import worker.lifecycle.run\n"
         "from worker.cli import main\n"
         "from worker.engine import CacheMode, ChatPrompt, EngineConfig, QueueFull, SamplingParams, SchedulerStats\n"
-        "from worker.engine.library import choose_library\n"
+        "from worker.engine.exactness.build_choice import choose_library\n"
         f"choose_library(Path({str(model_path)!r}), EngineConfig())\n"
         "print('llama_cpp' in sys.modules)"
     )

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from worker.engine.detokenizer import StreamingText
+from worker.engine.output.detokenizer import StreamingText
 
 TEXT = "Hi 🙂 日本語 e\u0301 — done. STOP here"
 

@@ -1,5 +1,5 @@
-"""What exact and off modes choose before a model loads: the attention (attention.py), the llama.cpp library
-(library.py) and the ggml CPU settings (kernels.py) per weight type. Rules only; tests/test_numerics.py measures
+"""What exact and off modes choose before a model loads: the attention (exactness/kv_plan.py), the llama.cpp library
+(exactness/build_choice.py) and the ggml CPU settings (exactness/ggml_switches.py) per weight type. Rules only; tests/test_numerics.py measures
 what they buy."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 import pytest
 
 from tests.test_cli import one_line_failure, run_cli
-from worker.engine.attention import Attention, plan_attention
+from worker.engine.exactness.kv_plan import Attention, plan_attention
 from worker.engine.config import EngineConfig
-from worker.engine.drafts import SpecType
-from worker.engine.kernels import FASTEST, Kernels, choose_kernels
-from worker.engine.library import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
-from worker.engine.prefix_cache import CacheMode
-from worker.engine.tensor_table import weight_product_types
+from worker.engine.modes import SpecType
+from worker.engine.exactness.ggml_switches import FASTEST, Kernels, choose_kernels
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
+from worker.engine.modes import CacheMode
+from worker.engine.exactness.tensor_table import weight_product_types
 from worker.errors import WorkerError
 
 EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import assume, given, settings, strategies as st
 from llama_cpp.llama_grammar import SchemaConverter
 
-from worker.engine.json_schema import MAX_INT_DIGITS, SchemaProblem, integer_range, schema_grammar
+from worker.engine.constraints.json_schema import MAX_INT_DIGITS, SchemaProblem, integer_range, schema_grammar
 
 DIGITS = "0123456789-"
 

@@ -1,4 +1,4 @@
-"""The load-time check behind exact mode's reuse of answers (worker/engine/numerics.py), on this build: where it
+"""The load-time check behind exact mode's reuse of answers (worker/engine/exactness/load_check.py), on this build: where it
 must pass and where it must fail."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from worker.engine.kernels import TILED_MM_ENV
-from worker.engine.model import EngineConfig, LlamaModel
-from worker.engine.numerics import Numerics, decode_matches_prefill, measure
+from worker.engine.exactness.ggml_switches import TILED_MM_ENV
+from worker.engine.native.model import EngineConfig, LlamaModel
+from worker.engine.exactness.load_check import Numerics, decode_matches_prefill, measure
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 
@@ -32,7 +32,7 @@ def load(monkeypatch):
 
 
 def test_pinned_flash_attention_makes_answers_reusable_on_this_build(model_path, load):
-    """Flash attention held to its per-row kernel (attention.py) keeps the attention products out of llamafile's
+    """Flash attention held to its per-row kernel (exactness/kv_plan.py) keeps the attention products out of llamafile's
     GEMM: the test model's Q4_1 rows follow the row alone, on the default build as on one without llamafile."""
     model = load(model_path)
     assert model.attention.pinned
@@ -42,7 +42,7 @@ def test_pinned_flash_attention_makes_answers_reusable_on_this_build(model_path,
 def test_without_flash_attention_llamafile_shows(model_path, load):
     """llamafile's GEMM computes a prefill's attention rows other than one-row decode does (bench/probes/kvrule.py:
     0.51 on the test model's logits): the measurement sees it (a worker loads the no-llamafile build for this,
-    library.py; this test process has the default one)."""
+    exactness/build_choice.py; this test process has the default one)."""
     model = load(model_path, flash_attn="off")
     assert not model.attention.pinned
     assert decode_matches_prefill(model) is (not LLAMAFILE)

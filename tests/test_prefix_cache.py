@@ -20,8 +20,8 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.convert_helpers import oracle
 from tests.fixtures.tiny_models import make_tiny
 from tests.helpers import completion_text, execute, openai_once, openai_stream
-from worker.engine.library import LIB_PATH_ENV, default_dir
-from worker.engine.prefix_cache import ALIGN
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
+from worker.engine.cache.prefix_cache import ALIGN
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 
@@ -85,7 +85,7 @@ async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url
 async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_whole_prefilled_blocks_only(
         http, tmp_path):
     """--flash-attn off with the default build forced (LLAMA_CPP_LIB_PATH; exact mode would load the no-llamafile
-    one, library.py): llamafile's GEMM makes prefill and one-row decode differ, the check says so, and exact mode
+    one, exactness/build_choice.py): llamafile's GEMM makes prefill and one-row decode differ, the check says so, and exact mode
     falls back to its block rule: whole ALIGN blocks made by prefill, and the same text as `off`."""
     flags = ("--parallel", "2", "--ctx-size", "4096", "--flash-attn", "off")
     env = {LIB_PATH_ENV: str(default_dir())}
@@ -136,7 +136,7 @@ async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, 
 
 
 async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
-    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked (kernels.py), so the
+    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked (exactness/ggml_switches.py), so the
     conversations, side by side, still equal `off` one by one, and each turn starts past the previous answer."""
     exactness = (await conversations_beside_off(http, tmp_path, quantized("q4_k_m"))).exactness
     assert exactness | {"tiled_mm": False, "repack": False, "answers_reused": True} == exactness, exactness

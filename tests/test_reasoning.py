@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from tests.conftest import template_worker
-from worker.engine.detokenizer import StreamingText
-from worker.engine.reasoning import ThinkingSplit
+from worker.engine.output.detokenizer import StreamingText
+from worker.engine.output.reasoning import ThinkingSplit
 
 
 def split(pieces: list[str], opened: bool, stop: tuple[str, ...] = ()) -> tuple[str, str, str | None]:

@@ -18,18 +18,19 @@ from tests.conftest import REPO, WorkerProcess, start_worker
 from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
 from tests.test_prefix_cache import conversations_beside_off
 from worker.engine.config import EngineConfig
-from worker.engine.drafts import (
-    EXPLORE_EVERY, Acceptance, Candidate, PassCosts, SpecType, StepYields, micro_batches, plan_drafts,
+from worker.engine.speculative.draft_rule import (
+    EXPLORE_EVERY, Acceptance, Candidate, PassCosts, StepYields, micro_batches, plan_drafts,
 )
-from worker.engine.ngram import TokenHistory
+from worker.engine.modes import SpecType
+from worker.engine.speculative.prompt_lookup import TokenHistory
 from worker.engine.requests import Request, SamplingParams
-from worker.engine.sequence import Sequence
-from worker.engine.speculation import PromptLookup, Speculator
+from worker.engine.core.sequence import Sequence
+from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 FLAGS = ("--parallel", "4", "--ctx-size", "8192")
 # Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
 # (more than one 256-token prefill chunk), and open-ended questions, where drafts are mostly rejected.
-SOURCES = ("worker/engine/draw.py", "worker/engine/handle.py", "worker/timefmt.py", "worker/engine/ngram.py")
+SOURCES = ("worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "worker/timefmt.py", "worker/engine/speculative/prompt_lookup.py")
 COPYING = [f"Quote the following code exactly:\n\n{(REPO / path).read_text()[:1400]}" for path in SOURCES]
 OPEN_ENDED = ["Write a short story about a lighthouse keeper.", "List ten fruits and one fact about each."]
 GREEDY = {"temperature": 0, "max_tokens": 120}
@@ -190,7 +191,7 @@ def test_spec_type_draft_needs_a_draft_model(tmp_path):
     assert "--spec-type draft and --model-draft PATH go together" in worker.log()
 
 
-# -- the rule, without a model (worker/engine/drafts.py, worker/engine/ngram.py) ------------------------------
+# -- the rule, without a model (worker/engine/speculative/draft_rule.py, worker/engine/speculative/prompt_lookup.py) ------------------------------
 
 def cpu_costs() -> PassCosts:
     """Pass costs as bench/probes/verifycost.py measured them on 2 cores (ms by rows)."""

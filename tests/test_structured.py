@@ -15,7 +15,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tests.helpers import completion_text, execute, openai_once, openai_stream
-from worker.engine.json_schema import MAX_REPEAT, pattern_problem, schema_grammar, SchemaProblem
+from worker.engine.constraints.json_schema import MAX_REPEAT, pattern_problem, schema_grammar, SchemaProblem
 
 CHAT = "/v1/chat/completions"
 YES_NO = 'root ::= "yes" | "no"'

@@ -24,11 +24,11 @@ from worker.api.tools.formats import GENERIC_FORMAT, HERMES_FORMAT, LLAMA_3_FORM
 from worker.api.tools.grammar import call_grammar
 from worker.api.tools.prompt import CALL_FORM, template_messages
 from worker.api.tools.request import Function, Tools
-from worker.engine.chat import ChatTemplate
-from worker.engine.grammar import grammar_problem
-from worker.engine.model import EngineConfig, LlamaModel
+from worker.engine.prompt.chat_template import ChatTemplate
+from worker.engine.constraints.grammar import grammar_problem
+from worker.engine.native.model import EngineConfig, LlamaModel
 from worker.engine.requests import GrammarTrigger, SamplingParams
-from worker.engine.sampler import Sampler
+from worker.engine.output.sampler import Sampler
 
 # Qwen 2.5's tool layout, cut down: the tools in the system turn, calls in <tool_call> tags, results as
 # <tool_response> in a user turn.

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from worker.engine.backends import ASSISTING_BACKENDS, BuildInfo
-from worker.engine.library import NO_LLAMAFILE_DIR
+from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
+from worker.engine.exactness.build_choice import NO_LLAMAFILE_DIR
 from worker.presets import load_presets
 
 GIB = 1024 ** 3

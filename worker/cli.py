@@ -247,7 +247,7 @@ def models(models_file: Path | None) -> None:
 def backends(as_json: bool) -> None:
     """What the installed llama.cpp build supports: GPU offload, BLAS, RPC, backends and devices."""
     from worker import backends_report
-    from worker.engine.backends import build_info
+    from worker.engine.native.backends import build_info
 
     info = build_info()
     click.echo(backends_report.as_json(info) if as_json else backends_report.render(info))

@@ -28,7 +28,7 @@ def exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
 
 def standalone_module(package: str, name: str) -> ModuleType:
     """`package.name`, a module that imports only the standard library, loaded from its file without running
-    `package`'s __init__: llama_cpp's loads libllama (the worker chooses which build first, engine/library.py),
+    `package`'s __init__: llama_cpp's loads libllama (the worker chooses which build first, engine/exactness/build_choice.py),
     gguf's loads numpy and PyYAML (~12 MB of RSS a worker serving a local GGUF never needs)."""
     qualified = f"{__name__}.{package}.{name}"
     if qualified not in sys.modules:

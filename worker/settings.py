@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine.config import EngineConfig, default_ubatch_size
-from worker.engine.drafts import SpecType
-from worker.engine.prefix_cache import CacheMode
+from worker.engine.modes import SpecType
+from worker.engine.modes import CacheMode
 from worker.errors import WorkerError
 from worker.logs import default_format
 

@@ -18,7 +18,7 @@ import llama_cpp
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model  # noqa: E402
 from worker.engine import EngineConfig  # noqa: E402
-from worker.engine.model import LlamaModel  # noqa: E402
+from worker.engine.native.model import LlamaModel  # noqa: E402
 
 HELD = 512  # cells slot 0 holds
 ROWS = 16

@@ -1,7 +1,7 @@
 """Probe: the most prompt lookup can gain on bench/speculative.py's prompts, with drafts chosen by an oracle.
 
 Each prompt is answered greedily (up to 200 tokens), one token at a time. Then an oracle replays the answer: at
-every step it knows how many tokens of the prompt-lookup proposal (worker/engine/ngram.py, up to --draft-max) the
+every step it knows how many tokens of the prompt-lookup proposal (worker/engine/speculative/prompt_lookup.py, up to --draft-max) the
 model would accept, and drafts the count that gives the most tokens per second under a pass-cost table (a step of
 1 + d rows costs COSTS at 1 + d rows, interpolated as the worker's PassCosts does). The ratio of the answer's
 one-token-a-step time to the oracle's is the ceiling of any drafting rule on this machine: a real rule guesses the
@@ -22,8 +22,8 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model  # noqa: E402
 from bench.speculative import prompt_sets  # noqa: E402
-from worker.engine.drafts import PassCosts  # noqa: E402
-from worker.engine.ngram import TokenHistory  # noqa: E402
+from worker.engine.speculative.draft_rule import PassCosts  # noqa: E402
+from worker.engine.speculative.prompt_lookup import TokenHistory  # noqa: E402
 
 MAX_TOKENS = 200
 DRAFT_MAX = 16

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 
 import llama_cpp
 
-from worker.engine.model import LlamaModel
+from worker.engine.native.model import LlamaModel
 
 Row = tuple[int, int, bool]  # (slot, position, logits)
 

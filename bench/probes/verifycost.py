@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model  # noqa: E402
 from bench.probes.rows import RowDecoder  # noqa: E402
 from worker.engine import EngineConfig  # noqa: E402
-from worker.engine.model import LlamaModel  # noqa: E402
+from worker.engine.native.model import LlamaModel  # noqa: E402
 
 CONTEXT = 320
 ROUNDS = 7

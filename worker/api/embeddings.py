@@ -18,7 +18,7 @@ from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed, UnfitInputs
 
 if TYPE_CHECKING:
-    from worker.engine.embeddings import Vector
+    from worker.engine.pooling.embeddings import Vector
 
 routes = web.RouteTableDef()
 log = structlog.get_logger("worker.request")

@@ -2,7 +2,7 @@
 
 OpenAI routes take `response_format` (text, json_object, json_schema) and llama-server's `grammar`;
 /execute takes `grammar` and `json_schema`. At most one constraint per request. Schemas become GBNF by
-the engine's converter (worker.engine.json_schema); every grammar, given or converted, is then parsed by
+the engine's converter (worker.engine.constraints.json_schema); every grammar, given or converted, is then parsed by
 llama.cpp against the model's vocab (`check`), so the engine thread never meets one it cannot build.
 """
 
@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any, Callable, Optional
 
 from worker.api.problems import Reader
-from worker.engine.json_schema import SchemaProblem, object_grammar, schema_grammar
+from worker.engine.constraints.json_schema import SchemaProblem, object_grammar, schema_grammar
 
 # Engine.grammar_problem: why llama.cpp refuses a grammar, or None. Passing no check skips it (no engine).
 GrammarCheck = Callable[[str], Optional[str]]

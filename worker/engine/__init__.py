@@ -2,7 +2,7 @@
 
 Its names load on first use (PEP 562), and the ones the HTTP routes and settings import at startup live in modules
 free of llama_cpp: which llama.cpp library the process loads is chosen per model, after the model is fetched and
-before llama_cpp is imported (library.py).
+before llama_cpp is imported (exactness/build_choice.py).
 """
 
 from worker.lazy import exports
@@ -13,6 +13,6 @@ __getattr__ = exports(__name__, {
     "TokenEvent": "requests", "TokenLogprob": "requests",
     "ChatTemplateError": "errors", "ContextLengthExceeded": "errors", "EmbeddingFailed": "errors",
     "EmptyPrompt": "errors", "NoChatTemplate": "errors", "QueueFull": "errors", "UnfitInputs": "errors",
-    "CacheMode": "prefix_cache", "EngineConfig": "config", "RequestHandle": "handle", "SchedulerStats": "scheduler",
+    "CacheMode": "modes", "EngineConfig": "config", "RequestHandle": "handle", "SchedulerStats": "core.scheduler",
     "Engine": "engine",
 })

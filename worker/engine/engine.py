@@ -11,21 +11,21 @@ from typing import Any
 
 import structlog
 
-from worker.engine.chat import ChatTemplate
+from worker.engine.prompt.chat_template import ChatTemplate
 from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
-from worker.engine.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
-from worker.engine.grammar import grammar_problem
+from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.handle import RequestHandle
-from worker.engine.model import EngineConfig, LlamaModel, ProgressFn
-from worker.engine.library import loaded_build
-from worker.engine.loop import EngineLoop
-from worker.engine.scheduler import SchedulerStats
-from worker.engine.numerics import Numerics, measure
-from worker.engine.prefix_cache import CacheMode
-from worker.engine.reasoning import opens_in_prompt
+from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
+from worker.engine.exactness.build_choice import loaded_build
+from worker.engine.core.loop import EngineLoop
+from worker.engine.core.scheduler import SchedulerStats
+from worker.engine.exactness.load_check import Numerics, measure
+from worker.engine.modes import CacheMode
+from worker.engine.output.reasoning import opens_in_prompt
 from worker.engine.requests import ChatPrompt, Reasoning, Request
-from worker.engine.runner import Events
-from worker.engine.sequence import Sequence
+from worker.engine.core.runner import Events
+from worker.engine.core.sequence import Sequence
 
 log = structlog.get_logger(__name__)
 
@@ -35,14 +35,14 @@ class Exactness:
     """What the prefix cache promises and why: said once at load (model_loaded) and on /health."""
 
     prefix_cache: str  # exact | fast | off
-    library: str  # the llama.cpp build loaded: default | no-llamafile | LLAMA_CPP_LIB_PATH (library.py)
+    library: str  # the llama.cpp build loaded: default | no-llamafile | LLAMA_CPP_LIB_PATH (exactness/build_choice.py)
     flash_attn: str  # on | off | auto (llama.cpp's choice, fast mode)
     cache_type_k: str
     cache_type_v: str
-    attention_pinned: bool  # flash attention held to its per-row kernel (attention.py)
-    tiled_mm: bool  # ggml's tiled K-quant matmul allowed (kernels.py)
+    attention_pinned: bool  # flash attention held to its per-row kernel (exactness/kv_plan.py)
+    tiled_mm: bool  # ggml's tiled K-quant matmul allowed (exactness/ggml_switches.py)
     repack: bool  # weights repacked for the CPU's GEMM
-    # The load-time check (numerics.py), exact mode only, on any backend; None: not measured (another mode).
+    # The load-time check (exactness/load_check.py), exact mode only, on any backend; None: not measured (another mode).
     decoded_cells_exact: bool | None
     batch_invariant: bool | None
     answers_reused: bool  # answers' cells reused: fast mode, or exact where the load-time check measured them equal
@@ -142,7 +142,7 @@ class Engine:
         return Exactness(self.model.config.prefix_cache.value, loaded_build(), attention.flash_attn,
                          attention.cache_type_k, attention.cache_type_v, attention.pinned, kernels.tiled_mm,
                          kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
-                         # answers' cells reused: fast mode, or exact where the numerics allow (numerics.py)
+                         # answers' cells reused: fast mode, or exact where the numerics allow (exactness/load_check.py)
                          self._steps.cache.every_cell, self.model.config.spec_type.value,
                          self._drafts_keep_text)
 

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Callable
 from worker.engine.requests import Event, Finished
 
 if TYPE_CHECKING:
-    from worker.engine.scheduler import Sequence
+    from worker.engine.core.scheduler import Sequence
 
 
 class RequestHandle:

@@ -16,7 +16,7 @@ from worker.api.orch import vram_bytes
 from worker.api.progress import LoadingProgress
 from worker.api.schemas import sampling_defaults
 from worker.engine import SamplingParams
-from worker.engine.library import choose_library, load_library
+from worker.engine.exactness.build_choice import choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry
@@ -171,10 +171,10 @@ async def serve(settings: Settings) -> None:
     config = settings.engine
     if config.backend != "cpu" or config.rpc_servers:
         # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
-        # one such a model gets; a cpu-only model's is chosen once the model is known (library.py), and every
+        # one such a model gets; a cpu-only model's is chosen once the model is known (exactness/build_choice.py), and every
         # build has the cpu backend.
-        from worker.engine.backends import require_backend
-        from worker.engine.rpc import check_rpc
+        from worker.engine.native.backends import require_backend
+        from worker.engine.native.rpc import check_rpc
 
         require_backend(config.backend, config.device)
         check_rpc(config.rpc_servers)

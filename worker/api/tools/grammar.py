@@ -3,7 +3,7 @@ the lazy one of tool_choice auto, which constrains a call once the answer opens 
 
 Each callable function's call is a JSON schema, {"name": <its name>, <arguments key>: <its parameters>},
 the format's body holds them (an alternation, a list, {"tool_calls": [...]}), and the engine's converter
-(worker.engine.json_schema) turns that into GBNF; the format's text around the JSON (Hermes'
+(worker.engine.constraints.json_schema) turns that into GBNF; the format's text around the JSON (Hermes'
 <tool_call> tags, Mistral's [TOOL_CALLS]) is then wrapped around the converter's root rule. So a
 forced call's arguments validate against the function's schema by construction. Each function's
 parameters sit under $defs and are referenced, their own local references moved there with them:
@@ -19,7 +19,7 @@ from typing import Any
 
 from worker.api.tools.formats import ToolFormat
 from worker.api.tools.request import Tools
-from worker.engine.json_schema import schema_grammar
+from worker.engine.constraints.json_schema import schema_grammar
 
 _ROOT = re.compile(r"^root ::= (.*)$", re.MULTILINE)
 _ENVELOPE = "tool-call"

@@ -20,7 +20,7 @@ from worker.api.tools.grammar import call_grammar
 from worker.api.tools.prompt import template_messages
 from worker.api.tools.request import Tools
 from worker.engine import ChatPrompt, SamplingParams
-from worker.engine.json_schema import SchemaProblem
+from worker.engine.constraints.json_schema import SchemaProblem
 from worker.engine.requests import GrammarTrigger
 
 if TYPE_CHECKING:

@@ -87,7 +87,7 @@ def converted_model(folder: Path, conversion: Conversion = Conversion(), progres
     path = _cached(target, key, convert)
     if conversion.quantize is None:
         return path
-    from worker.engine.quantize import quantize_model  # the one source -> engine call: llama.cpp's quantizer
+    from worker.engine.native.quantize import quantize_model  # the one source -> engine call: llama.cpp's quantizer
 
     qkey = _key(key, conversion.quantize)
     qtarget = converted_dir() / f"{folder.name}-{qkey[:16]}.{conversion.quantize}.gguf"

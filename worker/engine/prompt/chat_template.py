@@ -7,7 +7,7 @@ from typing import Any
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from worker.engine.errors import ChatTemplateError, NoChatTemplate
-from worker.engine.reasoning import thinks
+from worker.engine.output.reasoning import thinks
 
 
 class ChatTemplate:

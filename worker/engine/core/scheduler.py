@@ -21,9 +21,9 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from worker.engine.host_cache import SavedCells
-from worker.engine.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
-from worker.engine.sequence import Sequence, SequenceState
+from worker.engine.cache.host_cache import SavedCells
+from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
+from worker.engine.core.sequence import Sequence, SequenceState
 
 
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step

@@ -1,5 +1,5 @@
 """Speculative decoding's rule: how many drafted tokens each sequence puts in a step, from what they cost and how
-often they are accepted. Free of llama_cpp; the runner verifies, ngram.py and draft_model.py propose.
+often they are accepted. Free of llama_cpp; the runner verifies, speculative/prompt_lookup.py and draft_model.py propose.
 
 A sequence's drafts ride in the step's one llama_decode call behind its decode row, so a step with k drafted
 tokens computes k more rows. On the CPU rows are not free (bench/probes/verifycost.py, test model, 2 cores: one
@@ -12,10 +12,10 @@ costs the worker measured on this machine (PassCosts) and each sequence's accept
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 
-from worker.engine.ngram import TokenHistory
+from worker.engine.modes import SpecType
+from worker.engine.speculative.prompt_lookup import TokenHistory
 
 # Weight of the newest observation in a pass's running cost.
 COST_SMOOTHING = 0.2
@@ -31,12 +31,6 @@ PRIOR_WEIGHT = 2.0
 # How much longer than the plain step a call may take for drafts without counting as slowing the rows that gain
 # least from them (plan_drafts): the spread of a pass's measured cost, not a budget for slowing anyone.
 SLOWER_BY = 0.02
-
-
-class SpecType(str, enum.Enum):
-    NONE = "none"
-    NGRAM = "ngram"  # prompt lookup: ngram.py
-    DRAFT = "draft"  # a smaller model with the same vocabulary: draft_model.py
 
 
 @dataclass

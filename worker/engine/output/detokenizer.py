@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import codecs
 
-from worker.engine.reasoning import ThinkingSplit
+from worker.engine.output.reasoning import ThinkingSplit
 
 
 class StreamingText:

@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from worker.engine.detokenizer import StreamingText
+from worker.engine.output.detokenizer import StreamingText
 from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
-    from worker.engine.drafts import DraftState
+    from worker.engine.speculative.draft_rule import DraftState
     from worker.engine.handle import RequestHandle
-    from worker.engine.sampler import Sampler
+    from worker.engine.output.sampler import Sampler
 
 
 class SequenceState(enum.Enum):

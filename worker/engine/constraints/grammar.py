@@ -19,7 +19,7 @@ from typing import IO, Iterator
 import llama_cpp
 import numpy as np
 
-from worker.engine import llama_log
+from worker.engine.native import llama_log
 
 ROOT = b"root"
 # llama.cpp's parser writes why a grammar does not parse to stderr (not to its log), then the whole grammar.

@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.engine.tensor_table import weight_product_types
+from worker.engine.exactness.tensor_table import weight_product_types
 
 TILED_MM_ENV = "GGML_CPU_TILED_MM"
 # What ggml-cpu repacks on x86 (repack.cpp) besides Q4_0, whose GEMM and GEMV agree: named as gguf-py names them.

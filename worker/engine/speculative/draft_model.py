@@ -4,7 +4,7 @@ The draft model has a context of its own, with a KV stream per slot as the targe
 tokens the draft model has seen; before drafting, the stream keeps its longest prefix in common with the
 sequence's tokens (prompt and output), drops the rest, and decodes what is missing; then the draft model decodes
 its own greedy tokens one at a time, every drafting sequence's row in one call. Its numerics do not matter: a
-draft only proposes, and the target keeps what it would have sampled anyway (speculation.py).
+draft only proposes, and the target keeps what it would have sampled anyway (speculative/speculator.py).
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ from pathlib import Path
 import llama_cpp
 
 from worker.engine.config import EngineConfig
-from worker.engine.drafts import Offer, SpecType
-from worker.engine.model import LlamaModel
-from worker.engine.prefix_cache import CacheMode
-from worker.engine.sequence import Sequence
+from worker.engine.speculative.draft_rule import Offer
+from worker.engine.modes import SpecType
+from worker.engine.native.model import LlamaModel
+from worker.engine.modes import CacheMode
+from worker.engine.core.sequence import Sequence
 from worker.errors import WorkerError
 
 # The prior acceptance of a draft model's tokens (drafts.Acceptance): a draft model of the same family agrees

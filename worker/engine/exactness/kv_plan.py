@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.engine.prefix_cache import CacheMode
+from worker.engine.modes import CacheMode
 from worker.errors import WorkerError
 
 # The cells exact mode stores on the cpu backend when not told (see above), and the V type when K is f16.

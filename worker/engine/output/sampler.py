@@ -1,7 +1,7 @@
 """A request's SamplingParams as a native llama.cpp sampler chain, and its grammar beside it.
 
 The stage order is llama.cpp's own default (common/sampling.cpp): logit bias,
-penalties, top-k, top-p, min-p, temperature, then the random draw (draw.py:
+penalties, top-k, top-p, min-p, temperature, then the random draw (output/seeded_draw.py:
 seeded with all 64 bits). Neutral settings leave their stage out, so greedy
 stays exactly greedy. A grammar is not a stage of the chain: see grammar.py, and lazy_grammar.py for one
 that waits for its trigger.
@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import llama_cpp
 
-from worker.engine.draw import SeededDraw, random_seed
-from worker.engine.grammar import GrammarSampler
-from worker.engine.lazy_grammar import LazyGrammar
+from worker.engine.output.seeded_draw import SeededDraw, random_seed
+from worker.engine.constraints.grammar import GrammarSampler
+from worker.engine.constraints.lazy_grammar import LazyGrammar
 from worker.engine.requests import SamplingParams
 
 

@@ -6,14 +6,14 @@ from two rows on, a one-row path below; K-quant weights another split of their o
 is in play (a build without GGML_LLAMAFILE, weights that have none, no flash attention), each
 output is one dot product whatever the batch, and the cells an answer made token by token equal
 a cold prefill's (bench/probes/kvrule.py, bench/probes/RESULTS.md): exact mode may reuse answers
-too; and so may it where flash attention is held to its per-row kernel (attention.py), which keeps
+too; and so may it where flash attention is held to its per-row kernel (exactness/kv_plan.py), which keeps
 the attention products out of llamafile's GEMM: every weight type measured then agrees on the
 default build too (bench/probes/RESULTS.md). Which kernels a model and a backend take is not something
 flags and tensor types tell reliably, so the engine asks the numerics: at load it makes one prompt's
 cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise, and it
 decodes a row alone and beside another slot's rows. It measures on every backend and says what it found;
-it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (attention.py,
-kernels.py, library.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
+it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (exactness/kv_plan.py,
+exactness/ggml_switches.py, exactness/build_choice.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import llama_cpp
 
-from worker.engine.drafts import SpecType
-from worker.engine.model import LlamaModel
+from worker.engine.modes import SpecType
+from worker.engine.native.model import LlamaModel
 
 # The probe: PROBE_TOKENS prefilled as one chunk (as large as a real prompt's chunks, so that kernels which change
 # with size are taken), then, for each (kept, decoded), its cells from `kept` on made again: `decoded` of them one
@@ -59,7 +59,7 @@ class Numerics:
 
     @property
     def drafts_keep_text(self) -> bool:
-        """Verified drafts leave every logits row as decoding without them makes it (speculation.py)."""
+        """Verified drafts leave every logits row as decoding without them makes it (speculative/speculator.py)."""
         return bool(self.trusted and self.batch_invariant and self.verify_rows_exact)
 
 

@@ -14,18 +14,19 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Callable
 
-from worker.engine.draft_model import DraftModel
-from worker.engine.drafts import SpecType
-from worker.engine.embeddings import Embedder, EmbeddingJob
+from worker.engine.speculative.draft_model import DraftModel
+from worker.engine.modes import SpecType
+from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
 from worker.engine.errors import QueueFull
-from worker.engine.host_cache import HostCache
-from worker.engine.model import LlamaModel
-from worker.engine.prefix_cache import CacheMode, PrefixCache
+from worker.engine.cache.host_cache import HostCache
+from worker.engine.native.model import LlamaModel
+from worker.engine.cache.prefix_cache import PrefixCache
+from worker.engine.modes import CacheMode
 from worker.engine.requests import FinishReason
-from worker.engine.runner import Events, ModelRunner, finished_event
-from worker.engine.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
-from worker.engine.sequence import Sequence, SequenceState
-from worker.engine.speculation import PromptLookup, Speculator
+from worker.engine.core.runner import Events, ModelRunner, finished_event
+from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
+from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]
 

@@ -23,7 +23,7 @@ import llama_cpp
 import structlog
 
 from worker.engine.errors import EmbeddingFailed, UnfitInputs
-from worker.engine.model import LlamaModel
+from worker.engine.native.model import LlamaModel
 
 log = structlog.get_logger(__name__)
 

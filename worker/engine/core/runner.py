@@ -14,17 +14,18 @@ from dataclasses import dataclass
 import llama_cpp
 import structlog
 
-from worker.engine.host_cache import MIB, SavedCells
-from worker.engine.logprobs import LogprobReader
-from worker.engine.model import LlamaModel
-from worker.engine.prefix_cache import CacheMode, PrefixCache, Settle
+from worker.engine.cache.host_cache import MIB, SavedCells
+from worker.engine.output.logprobs import LogprobReader
+from worker.engine.native.model import LlamaModel
+from worker.engine.cache.prefix_cache import PrefixCache, Settle
+from worker.engine.modes import CacheMode
 from worker.engine.requests import Event, Finished, FinishReason, PromptLogprobs, TokenEvent, TokenLogprob
-from worker.engine.sampler import Sampler
-from worker.engine.scheduler import Admission, Chunk, Pace, StepPlan
-from worker.engine.detokenizer import StreamingText
-from worker.engine.reasoning import END_OF_THINKING, ThinkingSplit
-from worker.engine.sequence import Sequence, SequenceState
-from worker.engine.speculation import Speculator
+from worker.engine.output.sampler import Sampler
+from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
+from worker.engine.output.detokenizer import StreamingText
+from worker.engine.output.reasoning import END_OF_THINKING, ThinkingSplit
+from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
 
@@ -122,7 +123,7 @@ class ModelRunner:
             self._settle(plan.settle)
 
     def _decode_step(self, decode: list[Sequence], events: Events) -> None:
-        """One row for each generating sequence, each followed by its draft if it drafts (speculation.py)."""
+        """One row for each generating sequence, each followed by its draft if it drafts (speculative/speculator.py)."""
         began = time.perf_counter()
         drafts = self.speculator.drafts(decode) if self.speculator else {}
         steps = [(seq, drafts.get(seq, [])) for seq in decode]
@@ -163,7 +164,7 @@ class ModelRunner:
 
     def measure_passes(self) -> None:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
-        machine's costs from the first step (speculation.py). Before any request, on the engine thread."""
+        machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread."""
         batch, slot = self._batch, 0
         for rows in CALIBRATION_ROWS:
             if rows > self.speculator.draft_max + 1:

@@ -21,7 +21,7 @@ What "reusable" means depends on the mode:
   ALIGN, because those are bitwise what a cold prefill of the same tokens makes
   (bench/probes/kvrule.py measures it); cells made by single-token decode, and a
   prompt's last partial chunk, are recomputed. Reuse stops at a multiple of ALIGN,
-  so the chunks after it are aligned too. Where the load-time check (numerics.py)
+  so the chunks after it are aligned too. Where the load-time check (exactness/load_check.py)
   found decode-made cells bitwise equal to prefilled ones, every matching cell, as
   in fast mode.
 - fast: every matching cell, as llama-server does; greedy text may then differ
@@ -31,12 +31,12 @@ What "reusable" means depends on the mode:
 
 from __future__ import annotations
 
-import enum
 import os
 import time
 from dataclasses import dataclass, field
 
-from worker.engine.host_cache import HostCache, SavedCells
+from worker.engine.cache.host_cache import HostCache, SavedCells
+from worker.engine.modes import CacheMode
 
 # Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
 # numerics do not depend on where a prompt is cut (bench/probes/kvrule.py), but repacked quantized
@@ -49,12 +49,6 @@ SETTLE_TOKENS = ALIGN
 # model's 2,048-cell slot in ~9 ms and an 8,192-cell one in ~22 ms, the prefill of 3 to 7 tokens
 # (bench/probes/copycost.py).
 COPY_MIN_GAIN = 2 * ALIGN
-
-
-class CacheMode(str, enum.Enum):
-    EXACT = "exact"
-    FAST = "fast"
-    OFF = "off"
 
 
 def align_down(position: int) -> int:
@@ -93,7 +87,7 @@ class PrefixCache:
         self.host = host if mode is not CacheMode.OFF else None  # None: dropped cells are gone
 
     def trust_decoded_cells(self) -> None:
-        """The numerics make answers' cells bitwise what prefill makes (numerics.py): exact may reuse them all."""
+        """The numerics make answers' cells bitwise what prefill makes (exactness/load_check.py): exact may reuse them all."""
         if self.mode is CacheMode.EXACT:
             self.every_cell = True
 

@@ -20,7 +20,7 @@ from collections import deque
 import llama_cpp
 import structlog
 
-from worker.engine.grammar import GrammarSampler
+from worker.engine.constraints.grammar import GrammarSampler
 from worker.engine.requests import GrammarTrigger
 
 log = structlog.get_logger(__name__)

@@ -14,7 +14,7 @@ import socket
 
 import structlog
 
-from worker.engine.backends import build_info, ggml
+from worker.engine.native.backends import build_info, ggml
 from worker.errors import WorkerError
 
 log = structlog.get_logger(__name__)

@@ -1,0 +1,1 @@
+"""Pooled outputs of the same weights in a context of their own: embeddings."""

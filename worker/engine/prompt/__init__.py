@@ -1,0 +1,1 @@
+"""What a request's prompt is made of before it is tokenized: the model's chat template."""
