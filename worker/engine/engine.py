@@ -221,7 +221,7 @@ class Engine:
             fork.parent = parent
         handles = []
         for sequence in sequences:
-            sequence.handle = RequestHandle(sequence, self._steps.cancel)
+            sequence.handle = RequestHandle(partial(self._steps.cancel, sequence))
             handles.append(sequence.handle)
         self._steps.add(parent)
         return handles

@@ -23,7 +23,8 @@ from worker.engine.native.model import LlamaModel
 from worker.engine.cache.prefix_cache import PrefixCache
 from worker.engine.modes import CacheMode
 from worker.engine.requests import FinishReason
-from worker.engine.core.runner import Events, ModelRunner, finished_event
+from worker.engine.core.runner import Events, ModelRunner
+from worker.engine.output.token_output import finished_event
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.speculative.speculator import PromptLookup, Speculator

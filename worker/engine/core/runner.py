@@ -1,30 +1,32 @@
-"""Carries out a StepPlan on the llama context: fill batches, decode, sample, detokenize, retire.
+"""Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire.
 
 Runs on the engine thread only. Each prefill chunk is its own llama_decode call
 and all decode rows share one (see scheduler.py for why); every row that wants
-logits is sampled right after its call, by the sequence's own native chain.
+logits is sampled right after its call, by the sequence's own native chain, and
+what the token adds to the answer is output/token_output.py's job; cells moved
+between slots and host memory are cache/cell_transfer.py's.
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass
 
 import llama_cpp
 import structlog
 
-from worker.engine.cache.host_cache import MIB, SavedCells
-from worker.engine.output.logprobs import LogprobReader
-from worker.engine.native.model import LlamaModel
+from worker.engine.cache.cell_transfer import CellTransfer
 from worker.engine.cache.prefix_cache import PrefixCache, Settle
-from worker.engine.modes import CacheMode
-from worker.engine.requests import Event, Finished, FinishReason, PromptLogprobs, TokenEvent, TokenLogprob
-from worker.engine.output.sampler import Sampler
 from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
-from worker.engine.output.detokenizer import StreamingText
-from worker.engine.output.reasoning import END_OF_THINKING, ThinkingSplit
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.modes import CacheMode
+from worker.engine.native.model import LlamaModel
+from worker.engine.output.detokenizer import StreamingText
+from worker.engine.output.logprobs import LogprobReader
+from worker.engine.output.reasoning import END_OF_THINKING, ThinkingSplit
+from worker.engine.output.sampler import Sampler
+from worker.engine.output.token_output import TokenOutput, finished_event
+from worker.engine.requests import Event, FinishReason, PromptLogprobs
 from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
@@ -54,11 +56,10 @@ class ModelRunner:
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
-        self._end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
+        end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
+        self._output = TokenOutput(end_of_thinking, model.is_eog, model.piece)
+        self._cells = CellTransfer(model, cache)
         self.decode_s = 0.0  # cumulative time inside llama_decode
-        # Slots in a stream copy llama.cpp has not carried out yet (it does at the next llama_decode): their bytes
-        # are not what their cells will hold, so they are neither saved to host memory nor loaded into.
-        self._copying: set[int] = set()
 
     def close(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
@@ -66,15 +67,14 @@ class ModelRunner:
     def start(self, admission: Admission) -> None:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
         seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
-        self._save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
+        self._cells.save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
         self.cache.claim(slot)
         if admission.source is not None:
             # llama.cpp copies another slot's stream only whole, before the next llama_decode: the source's
             # cells up to now, which its own next token does not touch.
-            llama_cpp.llama_memory_seq_cp(self.model.memory, admission.source, slot, -1, -1)
-            self._copying.update((admission.source, slot))
+            self._cells.copy(admission.source, slot)
         if admission.saved is not None:
-            reuse = self._restore(slot, admission)
+            reuse = self._cells.restore(slot, admission.saved, admission.reuse)
         # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them.
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
@@ -85,34 +85,6 @@ class ModelRunner:
             self.speculator.start(seq)
         reasoning = seq.request.reasoning
         seq.text = StreamingText(seq.request.stop, ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
-
-    def _save_dropped(self, slot: int, kept: int) -> None:
-        """Save the cells a request taking `slot` drops (all past its first `kept`) to host memory, if worth it."""
-        record = self.cache.worth_saving(slot, kept)
-        if record is None or slot in self._copying:
-            return
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
-        size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
-        try:
-            data = (ctypes.c_uint8 * size)()
-        except MemoryError:  # the machine has less to spare than --cache-ram says: hold less from now on
-            self.cache.host.shrink()
-            log.warning("cache_ram_reduced", limit_mib=self.cache.host.limit_bytes // MIB, bytes_not_saved=size)
-            return
-        if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
-            self.cache.host.add(SavedCells(record.tokens, record.exact, data))
-            log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
-
-    def _restore(self, slot: int, admission: Admission) -> int:
-        """Load the admission's saved cells into its slot: the cells it reuses (0 where it cannot). llama.cpp
-        empties the slot before loading, and again if the load fails."""
-        saved = admission.saved
-        if slot not in self._copying and \
-                llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
-            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
-            return admission.reuse
-        self.cache.host.add(saved)  # still whole in host memory: another prompt may find it
-        return 0
 
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
@@ -237,8 +209,7 @@ class ModelRunner:
 
     def _fork(self, parent: Sequence, fork: Sequence) -> None:
         """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
-        llama_cpp.llama_memory_seq_cp(self.model.memory, parent.slot, fork.slot, -1, -1)
-        self._copying.update((parent.slot, fork.slot))
+        self._cells.copy(parent.slot, fork.slot)
         fork.n_past, fork.cached = parent.n_past, parent.cached
         fork.state = SequenceState.DECODING
 
@@ -246,7 +217,7 @@ class ModelRunner:
         """Draw the sequence's next token from logits row `row` with its own chain (None: none, it retired)."""
         thinking = seq.text.thinking
         reasoning = thinking is not None and thinking.in_reasoning
-        token = self._written(seq, reasoning)
+        token = self._output.forced_token(seq, reasoning)
         if token is None:
             token = seq.sampler.sample(self.model.ctx, row, constrained=not reasoning)
             if reasoning:
@@ -257,21 +228,13 @@ class ModelRunner:
             return None
         if seq.request.logprobs is not None and not self.model.is_eog(token):
             seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
-        self._on_token(seq, token, now, events)
-        return token
-
-    def _written(self, seq: Sequence, reasoning: bool) -> int | None:
-        """The end-of-thinking marker's next token, once the reasoning has spent its budget (None: sample).
-
-        The marker is written whole, one token a step, as if sampled (the logits row still scores it for
-        logprobs); the grammar, which waits for the answer, does not see it."""
-        budget = seq.request.sampling.reasoning_budget
-        if not seq.forced and reasoning and budget is not None and seq.thought >= budget:
-            seq.forced = list(self._end_of_thinking)
-        if not seq.forced:
-            return None
-        token = seq.forced.pop(0)
-        seq.sampler.accept(token)
+        event, reason = self._output.append(seq, token, now)
+        if seq.draft is not None:
+            self.speculator.generated(seq, token)
+        if event is not None:
+            events.append((seq, event))
+        if reason is not None:
+            self.retire(seq, reason, events)
         return token
 
     def _decode(self, rows: list[Row], events: Events) -> bool:
@@ -299,35 +262,8 @@ class ModelRunner:
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, batch)
         self.decode_s += time.perf_counter() - started
-        self._copying.clear()
+        self._cells.decoded()
         return rc
-
-    def _on_token(self, seq: Sequence, token: int, now: float, events: Events) -> None:
-        seq.generated.append(token)
-        if seq.draft is not None:
-            self.speculator.generated(seq, token)
-        seq.last_token_at = now
-        if len(seq.generated) == 1:
-            seq.first_token_at = now
-        text = seq.text
-        if self.model.is_eog(token):
-            reason = FinishReason.EOS
-            out = text.flush()
-        else:
-            out = text.feed(self.model.piece(token))
-            if text.matched is not None:
-                reason = FinishReason.STOP
-            elif len(seq.generated) >= seq.request.max_tokens:
-                reason = FinishReason.LENGTH
-                out += text.flush()
-            else:
-                reason = None
-        reasoning = text.take_reasoning()
-        if out or reasoning:
-            released = _released(seq, reasoning + out, reason)
-            events.append((seq, TokenEvent(out, len(seq.generated), released, reasoning)))
-        if reason is not None:
-            self.retire(seq, reason, events)
 
     def retire(self, seq: Sequence, reason: FinishReason, events: Events, message: str = "") -> None:
         """Leave the slot: free the chain; keep the cells for the prefix cache, or drop them."""
@@ -349,34 +285,3 @@ class ModelRunner:
         seq.state = SequenceState.FINISHED
         events.append((seq, finished_event(seq, reason, message)))
 
-
-def _released(seq: Sequence, text: str, reason: FinishReason | None) -> tuple[TokenLogprob, ...]:
-    """The pending logprob entries that `text` releases: all of them, but at a stop string only the
-    tokens that reach into the released text (the rest spelled the stop string, which is not output)."""
-    pending, seq.logprobs = seq.logprobs, []
-    if reason is not FinishReason.STOP:
-        return tuple(pending)
-    covered, budget = [], len(text.encode())
-    for entry in pending:
-        if budget <= 0:
-            break
-        covered.append(entry)
-        budget -= len(entry.piece)
-    return tuple(covered)
-
-
-def finished_event(seq: Sequence, reason: FinishReason, message: str) -> Finished:
-    first = seq.first_token_at
-    return Finished(
-        reason=reason,
-        prompt_tokens=len(seq.prompt),
-        completion_tokens=len(seq.generated),
-        cached_tokens=seq.cached,
-        stop_sequence=seq.text.matched if seq.text else None,
-        message=message,
-        queue_s=(seq.admitted_at or time.monotonic()) - seq.submitted_at,
-        ttft_s=first - seq.submitted_at if first else 0.0,
-        decode_s=seq.last_token_at - first if first else 0.0,
-        draft_tokens=seq.draft.drafted if seq.draft else 0,
-        draft_accepted=seq.draft.accepted if seq.draft else 0,
-    )
