@@ -4,7 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from worker.api.schemas import parse_completion, parse_execute, sampling_defaults
+from worker.api.generation_fields import sampling_defaults
+from worker.api.openai.request import parse_completion
+from worker.api.orch.request import parse_execute
 from worker.errors import WorkerError
 from worker.source import load_registry
 from worker.source.ggufs import gguf_choices, pick

@@ -8,7 +8,7 @@ import structlog
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from worker.api import anthropic, embeddings, openai, openapi, orch, responses, tokens
+from worker.api import anthropic, llama_server, openai, openapi, orch, responses
 from worker.api.auth import auth_middleware
 from worker.api.errors import error_middleware
 from worker.api.state import WORKER, WorkerState
@@ -43,8 +43,8 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(anthropic.routes)
     app.add_routes(responses.routes)
     responses.stores(app)
-    app.add_routes(tokens.routes)
-    app.add_routes(embeddings.routes)
+    app.add_routes(llama_server.routes)
+    app.add_routes(openai.embedding_routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))
     app.router.add_get("/openapi.json", openapi_json)
     return app

@@ -14,9 +14,14 @@ from aiohttp import web
 
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.state import NotReady
-from worker.engine import ChatTemplateError, ContextLengthExceeded, EmptyPrompt, NoChatTemplate, QueueFull
+from worker.engine import ChatTemplateError, ContextLengthExceeded, EmptyPrompt, FinishReason, NoChatTemplate, QueueFull
 
 RETRY_AFTER_S = "1"
+# A generation that ended in failure, as every dialect answers it when nothing was sent yet: the HTTP status, and
+# OpenAI's error code (the OpenAI routes and the Responses API; Anthropic names its own error types).
+FAILED_STATUS = {FinishReason.CANCELLED: 503, FinishReason.TIMEOUT: 504, FinishReason.ERROR: 500}
+OPENAI_FAILURE_CODES = {FinishReason.CANCELLED: "cancelled", FinishReason.TIMEOUT: "timeout",
+                        FinishReason.ERROR: "inference_failed"}
 
 
 class Family(str, enum.Enum):

@@ -11,7 +11,7 @@ from typing import AsyncIterator
 import structlog
 
 from worker.api.metrics import Metrics
-from worker.api.schemas import Generation
+from worker.api.generation_fields import Generation
 from worker.api.state import WorkerState
 from worker.engine import Event, Finished, Reasoning, Request, RequestHandle, TokenEvent
 

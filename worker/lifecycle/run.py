@@ -12,9 +12,9 @@ import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
-from worker.api.orch import vram_bytes
+from worker.api.orch.route import vram_bytes
 from worker.api.progress import LoadingProgress
-from worker.api.schemas import sampling_defaults
+from worker.api.generation_fields import sampling_defaults
 from worker.engine import SamplingParams
 from worker.engine.exactness.build_choice import choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready

@@ -16,7 +16,7 @@ from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
 from worker.api.budgets import thinking_budget
 from worker.api.problems import Reader
-from worker.api.schemas import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.fields import ANTHROPIC_SAMPLING

@@ -14,11 +14,12 @@ from worker.api import sse
 from worker.api.anthropic.blocks import Blocks
 from worker.api.anthropic.request import parse_messages
 from worker.api.budgets import thinks
-from worker.api.errors import UnknownModel, anthropic_error
+from worker.api.errors import FAILED_STATUS, anthropic_error
 from worker.api.feed import feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
 from worker.api.problems import parse_json_object
-from worker.api.schemas import ChatRequest, check_prompt_size, prompt_chars
+from worker.api.generation_fields import ChatRequest
+from worker.api.preamble import admitted
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
 from worker.api.tools.plan import Turn, chat_turn
@@ -27,12 +28,9 @@ from worker.engine import Finished, FinishReason
 routes = web.RouteTableDef()
 
 STOP_REASONS = {FinishReason.EOS: "end_turn", FinishReason.LENGTH: "max_tokens", FinishReason.STOP: "stop_sequence"}
-# The other endings are failures: (HTTP status when nothing was sent yet, Anthropic's error type).
-_FAILURES = {
-    FinishReason.CANCELLED: (503, "overloaded_error"),
-    FinishReason.TIMEOUT: (504, "api_error"),
-    FinishReason.ERROR: (500, "api_error"),
-}
+# The other endings are failures (errors.FAILED_STATUS): Anthropic's error type for each.
+_FAILURE_TYPES = {FinishReason.CANCELLED: "overloaded_error", FinishReason.TIMEOUT: "api_error",
+                  FinishReason.ERROR: "api_error"}
 
 
 def _ending(finished: Finished, answer: Answer) -> dict[str, Any]:
@@ -49,8 +47,9 @@ def _usage(finished: Finished) -> dict[str, int]:
 
 
 def _failure(finished: Finished) -> tuple[int, dict[str, Any]]:
-    status, kind = _FAILURES[finished.reason]
-    return status, anthropic_error(kind, finished.reason.value, finished.message or finished.reason.value)
+    kind = _FAILURE_TYPES[finished.reason]
+    return FAILED_STATUS[finished.reason], anthropic_error(kind, finished.reason.value,
+                                                           finished.message or finished.reason.value)
 
 
 async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, message: dict[str, Any],
@@ -77,9 +76,7 @@ async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatReque
     engine = worker.require_engine()
     chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
                           thinks(engine))
-    check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
-    if not worker.accepts_model(chat.model):
-        raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
+    admitted(worker, chat)
     return chat, chat_turn(engine, chat)
 
 

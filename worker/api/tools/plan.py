@@ -13,7 +13,7 @@ from functools import partial
 import structlog
 
 from worker.api.problems import InvalidRequest, Problem
-from worker.api.schemas import ChatRequest, Generation
+from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.tools.answer import Answers, CallStream, PlainText
 from worker.api.tools.formats import ToolFormat, detect
 from worker.api.tools.grammar import call_grammar

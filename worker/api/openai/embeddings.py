@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from worker.api.errors import Failure, Family, UnknownModel, response
+from worker.api.errors import Failure, Family, response
+from worker.api.preamble import served_model
 from worker.api.problems import InvalidRequest, Problem, Reader, integral, parse_json_object
 from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed, UnfitInputs
@@ -134,8 +135,7 @@ async def embeddings(request: web.Request) -> web.Response:
     if engine.pooling is None:
         return response(DISABLED, Family.OPENAI)
     parsed = parse_embeddings(parse_json_object(await request.read()), engine.n_vocab, engine.embedding_width)
-    if not worker.accepts_model(parsed.model):
-        raise UnknownModel(f"model {parsed.model!r} is not served here; this worker serves {worker.model_id!r}")
+    served_model(worker, parsed.model)
     started = time.monotonic()
     # Off the event loop: a 4 MiB body keeps the tokenizer busy long enough to stall every stream.
     tokens = await asyncio.to_thread(engine.tokenize_inputs, parsed.inputs)

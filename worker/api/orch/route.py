@@ -8,7 +8,7 @@ from worker.api import sse
 from worker.api.errors import RETRY_AFTER_S, classify
 from worker.api.generation import engine_requests, generating
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
-from worker.api.schemas import ExecuteRequest, parse_execute
+from worker.api.orch.request import ExecuteRequest, parse_execute
 from worker.api.state import WORKER, Phase, WorkerState
 from worker.engine import Finished, FinishReason, QueueFull, TokenEvent
 from worker.timefmt import utc_now

@@ -11,11 +11,12 @@ from typing import TYPE_CHECKING, Any, Callable
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.errors import UnknownModel
+from worker.api.errors import FAILED_STATUS, OPENAI_FAILURE_CODES
 from worker.api.generation import TrackedHandle, engine_requests, generating, merged
-from worker.api.logprobs import CompletionLogprobs, chat_logprobs, joined
+from worker.api.openai.logprobs import CompletionLogprobs, chat_logprobs, joined
+from worker.api.openai.request import CompletionRequest, parse_chat, parse_completion
+from worker.api.preamble import admitted
 from worker.api.problems import parse_json_object
-from worker.api.schemas import CompletionRequest, check_prompt_size, parse_chat, parse_completion, prompt_chars
 from worker.api.state import WORKER, WorkerState
 from worker.api.tools.answer import Answer, Call, Release
 from worker.api.tools.plan import Turn, chat_turn
@@ -28,12 +29,6 @@ if TYPE_CHECKING:
 routes = web.RouteTableDef()
 
 _FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
-# The other endings are failures: (HTTP status when nothing was sent yet, error code).
-_FAILURES = {
-    FinishReason.CANCELLED: (503, "cancelled"),
-    FinishReason.TIMEOUT: (504, "timeout"),
-    FinishReason.ERROR: (500, "inference_failed"),
-}
 
 
 Formatter = Callable[[tuple[TokenLogprob, ...]], dict[str, Any]]
@@ -97,14 +92,8 @@ def _usage(choices: list[Finished]) -> dict[str, Any]:
 
 
 def _failure(finished: Finished) -> dict[str, Any]:
-    code = _FAILURES[finished.reason][1]
+    code = OPENAI_FAILURE_CODES[finished.reason]
     return {"error": {"message": finished.message or code, "type": "server_error", "param": None, "code": code}}
-
-
-def _model(worker: WorkerState, requested: str | None) -> str:
-    if not worker.accepts_model(requested):
-        raise UnknownModel(f"model {requested!r} is not served here; this worker serves {worker.model_id!r}")
-    return worker.model_id
 
 
 @dataclass(frozen=True)
@@ -170,7 +159,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
             outputs = await asyncio.gather(*(_collect(handle) for handle in handles))
             finished = [handle.finished for handle in handles]
             if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
-                return web.json_response(_failure(failed), status=_FAILURES[failed.reason][0])
+                return web.json_response(_failure(failed), status=FAILED_STATUS[failed.reason])
             releases = [answer.feed(output.text) + answer.finish() for answer, output in zip(answers, outputs)]
             return web.json_response({
                 **header, "object": shape.object,
@@ -216,8 +205,7 @@ def _generation_route(path: str, parse: Callable, shape: Shape, prepare: Callabl
         engine = worker.require_engine()
         parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
                        max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem)
-        check_prompt_size(*prompt_chars(parsed), engine.n_ctx_seq)
-        model = _model(worker, parsed.model)
+        model = admitted(worker, parsed)
         turn = prepare(engine, parsed)
         echo = _echo(engine, parsed) if parsed.generation.echo else ""
         return await _respond(request, worker, shape, model, turn, echo)

@@ -1,56 +1,21 @@
-"""Request bodies -> engine requests, with every problem listed.
-
-Sampling fields are read by their table (worker/fields.py): the OpenAI routes' rows, or the
-pool-manager contract's narrower ones.
+"""OpenAI's chat and completion request bodies -> the chat turn and the completion the routes run, with every
+problem listed. Sampling fields are read by their table (worker/fields.py): the OpenAI routes' rows.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.api.budgets import effort_budget
-from worker.api.problems import InvalidRequest, Problem, Reader, integral
-from worker.api.structured import GrammarCheck, execute_grammar, openai_grammar
-from worker.api.tools.request import Tools, history_fields, read_tools
+from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.api.problems import Reader, integral
+from worker.api.structured import GrammarCheck, openai_grammar
+from worker.api.tools.request import history_fields, read_tools
 from worker.engine import SamplingParams
-from worker.errors import WorkerError
-from worker.fields import EXECUTE_SAMPLING, OPENAI_SAMPLING, NumberField
+from worker.fields import OPENAI_SAMPLING
 
-MAX_STOP_STRINGS = 16
-MAX_STOP_BYTES = 256
-EXECUTE_STOP_STRINGS = 4  # the pool-manager contract's own, narrower limits
-EXECUTE_STOP_BYTES = 100
 ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's
-
-
-@dataclass(frozen=True)
-class Generation:
-    """What every generation route boils down to, before the prompt is tokenized."""
-
-    max_tokens: int | None  # None: up to the end of the sequence's context
-    sampling: SamplingParams
-    stop: tuple[str, ...]
-    stream: bool = False
-    include_usage: bool = False
-    n: int = 1  # choices, sampled side by side from one prefilled prompt
-    logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
-    echo: bool = False  # completions: the prompt leads the text
-
-    @property
-    def scores_prompt(self) -> bool:
-        """echo with logprobs: the prompt's tokens get their logprobs too (lm-eval's loglikelihood)."""
-        return self.echo and self.logprobs is not None
-
-
-@dataclass(frozen=True)
-class ChatRequest:
-    model: str | None
-    messages: list[dict[str, Any]]  # {role, content}, and an assistant's tool_calls or a tool's tool_call_id
-    generation: Generation
-    template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
-    tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
-    prefill: str = ""  # the start of the answer, which the model continues (Anthropic's final assistant message)
 
 
 @dataclass(frozen=True)
@@ -59,12 +24,9 @@ class CompletionRequest:
     prompt: str | list[int]  # text, or token ids as sent (lm-eval sends its own tokenizer's)
     generation: Generation
 
-
-@dataclass(frozen=True)
-class ExecuteRequest:
-    job_id: str
-    prompt: str
-    generation: Generation
+    def prompt_chars(self) -> tuple[str, int]:
+        """The field that holds the prompt, and its length in characters (checked before tokenizing)."""
+        return "prompt", len(self.prompt)
 
 
 # OpenAI parameters this worker does not implement: refusing them beats ignoring them.
@@ -77,26 +39,8 @@ MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
 
 
-def read_sampling(r: Reader, fields: tuple[NumberField, ...], base: SamplingParams) -> SamplingParams:
-    """The request's sampling `fields` over `base` (the model's defaults): what the request names wins."""
-    values: dict[str, Any] = {}
-    for f in fields:
-        default = values.get(f.sets, getattr(base, f.sets))  # an alias read later falls back on the first
-        values[f.sets] = r.number(f.name, default, low=f.low, high=f.high, integer=f.integer, nullable=f.nullable)
-    return replace(base, **values)
-
-
 def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingParams:
     return replace(read_sampling(r, OPENAI_SAMPLING, base), logit_bias=_logit_bias(r, n_vocab))
-
-
-def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
-    """A models.toml sampling table, held to the same names and ranges as a request's fields."""
-    r = Reader(table)
-    params = read_sampling(r, tuple(f for f in OPENAI_SAMPLING if f.per_model), SamplingParams())
-    if r.problems:
-        raise WorkerError("models.toml sampling defaults: " + "; ".join(p.message for p in r.problems))
-    return params
 
 
 def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int,
@@ -182,20 +126,6 @@ def _text_content(r: Reader, index: int, content: Any) -> str | None:
     return None
 
 
-# Checked before tokenizing: no sane text averages more than this many characters a token,
-# so a longer prompt cannot fit and is refused without the work of tokenizing it.
-MAX_CHARS_PER_TOKEN = 32
-
-
-def check_prompt_size(field: str, chars: int, n_ctx_seq: int) -> None:
-    limit = max(32768, MAX_CHARS_PER_TOKEN * n_ctx_seq)
-    if chars > limit:
-        raise InvalidRequest([Problem(field, f"at most {limit} characters",
-                                      f"{field} has {chars} characters; a request holds {n_ctx_seq} tokens, "
-                                      f"so at most {limit} characters are accepted", chars)],
-                             code="context_length_exceeded")
-
-
 def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
                max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> ChatRequest:
     r = Reader(body)
@@ -241,12 +171,6 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
     return ChatRequest(model, messages, generation, template_kwargs, tools)
 
 
-def prompt_chars(request: ChatRequest | CompletionRequest) -> tuple[str, int]:
-    if isinstance(request, ChatRequest):
-        return "messages", sum(len(m["content"]) for m in request.messages) + len(request.prefill)
-    return "prompt", len(request.prompt)
-
-
 def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
                      max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> CompletionRequest:
     r = Reader(body)
@@ -282,16 +206,3 @@ def _prompt(r: Reader, n_vocab: int) -> str | list[int]:
     elif not prompt:
         r.problem("prompt", "1 <= len(prompt)", "prompt is empty: there is nothing to continue", prompt)
     return prompt if isinstance(prompt, str) else ""
-
-
-def parse_execute(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
-                  check_grammar: GrammarCheck | None = None) -> ExecuteRequest:
-    """The pool-manager contract's execute request over the model's sampling defaults; unknown fields are ignored."""
-    r = Reader(body)
-    job_id = r.string("job_id", required=True, min_length=1)
-    prompt = r.string("prompt", required=True, min_length=1, max_length=32768)
-    max_tokens = r.number("max_tokens", required=True, low=1, high=2048, integer=True)
-    sampling = replace(read_sampling(r, EXECUTE_SAMPLING, defaults), grammar=execute_grammar(r, check_grammar))
-    stop = r.stop_strings("stop", max_items=EXECUTE_STOP_STRINGS, max_bytes=EXECUTE_STOP_BYTES, allow_single=False)
-    r.done()
-    return ExecuteRequest(job_id, prompt, Generation(max_tokens, sampling, stop, stream=True))
