@@ -28,15 +28,21 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import engine_time  # noqa: E402
-from bench.client import new_session  # noqa: E402
-from bench.config import (  # noqa: E402
-    LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model,
+from bench import engine_time
+from bench.client import new_session
+from bench.config import (
+    LLAMA_CPP_PY,
+    LLAMA_SERVER,
+    WORKER,
+    BenchConfig,
+    add_peer_flags,
+    find_llama_server,
+    find_model,
 )
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.report import environment, machine_line, publish, pyplot, save_chart  # noqa: E402
-from bench.servers import running_server  # noqa: E402
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir  # noqa: E402
+from bench.prompts import PromptFactory
+from bench.report import environment, machine_line, publish, pyplot, save_chart
+from bench.servers import running_server
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
 QUESTIONS = [

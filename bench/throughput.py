@@ -28,14 +28,22 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import engine_time  # noqa: E402
-from bench.client import RequestResult, new_session, request_body, stream_completion  # noqa: E402
-from bench.config import (  # noqa: E402
-    BENCH_DIR, LLAMA_CPP_PY, LLAMA_SERVER, MB, SERVERS, WORKER, BenchConfig, find_llama_server, find_model,
+from bench import engine_time
+from bench.client import RequestResult, new_session, request_body, stream_completion
+from bench.config import (
+    BENCH_DIR,
+    LLAMA_CPP_PY,
+    LLAMA_SERVER,
+    MB,
+    SERVERS,
+    WORKER,
+    BenchConfig,
+    find_llama_server,
+    find_model,
 )
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart  # noqa: E402
-from bench.servers import RssSampler, running_server  # noqa: E402
+from bench.prompts import PromptFactory
+from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart
+from bench.servers import RssSampler, running_server
 
 # --------------------------------------------------------------------------- results
 

@@ -25,10 +25,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.config import REPO_DIR, find_model  # noqa: E402
-from bench.report import publish  # noqa: E402
-from worker.engine.config import EngineConfig  # noqa: E402
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir  # noqa: E402
+from bench.config import REPO_DIR, find_model
+from bench.report import publish
+from worker.engine.config import EngineConfig
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "bf16", "q4_k_m", "q6_k")
 PROBE = REPO_DIR / "bench" / "probes" / "prefillspeed.py"
@@ -60,7 +60,7 @@ def answers_reused(path: Path, env: dict[str, str]) -> bool:
     """The load-time check, run as the worker runs it, in a fresh process with the same environment."""
     code = ("import sys; from pathlib import Path; from worker.engine.native.model import EngineConfig, LlamaModel; "
             "from worker.engine.exactness.load_check import measure; "
-            f"m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2)); "
+            "m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2)); "
             "print(measure(m).answers_reusable)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, cwd=REPO_DIR,
                          capture_output=True, text=True, check=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
 from worker.engine.exactness.build_choice import NO_LLAMAFILE_DIR
+from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
 from worker.presets import load_presets
 
 GIB = 1024 ** 3
@@ -19,7 +19,8 @@ def _yes_no(flag: bool, yes: str, no: str) -> str:
 def render(info: BuildInfo) -> str:
     rows = [
         ("llama.cpp", f"llama-cpp-python {info.version}, libraries in {info.library_path}"),
-        ("gpu offload", _yes_no(info.gpu_offload, "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
+        ("gpu offload", _yes_no(info.gpu_offload,
+                                "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
                                 "layers stay on the CPU; rebuild with a GPU preset to offload")),
         ("blas", _yes_no(info.blas, ASSISTING_BACKENDS["blas"], "rebuild with the openblas preset to add it")),
         ("rpc", _yes_no(info.rpc, "serve --rpc host:port[,host:port] spreads layers over ggml-rpc-server hosts",
@@ -34,7 +35,8 @@ def render(info: BuildInfo) -> str:
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     lines.append("devices:")
     for device in info.devices:
-        memory = f"{device.memory_free / GIB:.1f} of {device.memory_total / GIB:.1f} GiB free" if device.memory_total else ""
+        free, total = device.memory_free / GIB, device.memory_total / GIB
+        memory = f"{free:.1f} of {total:.1f} GiB free" if device.memory_total else ""
         lines.append(f"  {device.backend}:{device.name}  {device.kind}  {device.description}  {memory}".rstrip())
     lines.append(f"cpu features: {info.system_info.removeprefix('CPU : ').rstrip(' |')}")
     lines.append(f"other builds: llm-worker build-backend PRESET... ({', '.join(load_presets())})")

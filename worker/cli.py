@@ -13,6 +13,7 @@ from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.engine.config import DRAFT_MAX, MAX_DRAFT
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
+
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
 

@@ -9,7 +9,6 @@ from typing import Any
 import structlog
 from structlog.typing import EventDict
 
-
 _bridge: list[logging.Handler] = []  # configure()'s handler for library records: none until it runs
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worker.engine.config import EngineConfig, default_ubatch_size
-from worker.engine.modes import SpecType
-from worker.engine.modes import CacheMode
+from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 from worker.logs import default_format
 
@@ -18,7 +17,7 @@ ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None  # .gguf path, Hugging Face folder, models.toml alias or hf:owner/repo...; None: the registry's default
+    model: str | None  # .gguf path, Hugging Face folder, models.toml alias or hf:owner/repo; None: the default
     model_ref: str | None  # the pool manager's name for the model; default: the served model id
     worker_id: str
     quant: str | None = None  # picks the GGUF of an hf:owner/repo model
@@ -34,7 +33,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()  # bearer tokens any route but /health needs; empty: open
     log_format: str = "console"
     log_level: str = "info"
-    engine: EngineConfig = EngineConfig()
+    engine: EngineConfig = field(default_factory=EngineConfig)
     convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
 

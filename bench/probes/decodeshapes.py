@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import worker.engine.exactness.load_check as numerics  # noqa: E402
-from worker.engine.native.model import EngineConfig, LlamaModel  # noqa: E402
-from worker.logs import configure  # noqa: E402
+import worker.engine.exactness.load_check as numerics
+from worker.engine.native.model import EngineConfig, LlamaModel
+from worker.logs import configure
 
 SHAPES = [(64, 48, 8), (64, 48, 12), (64, 48, 15), (64, 21, 16), (64, 32, 16), (64, 40, 16), (64, 16, 40),
           (128, 96, 16), (64, 56, 4), (64, 60, 2)]

@@ -20,10 +20,10 @@ from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model  # noqa: E402
-from bench.speculative import prompt_sets  # noqa: E402
-from worker.engine.speculative.draft_rule import PassCosts  # noqa: E402
-from worker.engine.speculative.prompt_lookup import TokenHistory  # noqa: E402
+from bench.config import find_model
+from bench.speculative import prompt_sets
+from worker.engine.speculative.draft_rule import PassCosts
+from worker.engine.speculative.prompt_lookup import TokenHistory
 
 MAX_TOKENS = 200
 DRAFT_MAX = 16

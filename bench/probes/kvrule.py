@@ -81,7 +81,7 @@ def main(path: str) -> None:
             batch.seq_id[i][0], batch.logits[i] = s, w
         assert L.llama_decode(ctx, batch) == 0
         out = {}
-        for i, (t, p, s, w) in enumerate(items):
+        for i, (_token, _pos, s, w) in enumerate(items):
             if w:
                 out[s] = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
         return out

@@ -61,7 +61,8 @@ def classify(exc: Exception) -> Failure | None:
         # 404, as OpenAI answers a model it does not have: the body is valid, the model is missing.
         return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])
     if isinstance(exc, QueueFull):
-        return Failure(503, "queue_full", [Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")], True)
+        full = Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")
+        return Failure(503, "queue_full", [full], True)
     if isinstance(exc, NotReady):
         return Failure(503, "not_ready", [Problem("worker", "ready", f"{exc}; retry later")], True)
     return None

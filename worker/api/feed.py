@@ -6,7 +6,8 @@ stream each addition's events through `send`; a whole answer is the same feed wi
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from worker.api.generation import TrackedHandle
 from worker.api.tools.answer import Answer, Call

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from dataclasses import replace
 
 import structlog
 
-from worker.api.metrics import Metrics
 from worker.api.generation_fields import Generation
+from worker.api.metrics import Metrics
 from worker.api.state import WorkerState
 from worker.engine import Event, Finished, Reasoning, Request, RequestHandle, TokenEvent
 

@@ -9,6 +9,7 @@ from worker.api.structured import MAX_GRAMMAR_CHARS
 from worker.engine import SamplingParams
 from worker.fields import NumberField
 
+
 def stop_string(max_bytes: int) -> dict:
     # JSON Schema counts characters; the limit is in UTF-8 bytes, so only ASCII reaches maxLength.
     return {"type": "string", "minLength": 1, "maxLength": max_bytes, "description": f"at most {max_bytes} UTF-8 bytes"}

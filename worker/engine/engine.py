@@ -11,21 +11,21 @@ from typing import Any
 
 import structlog
 
-from worker.engine.prompt.chat_template import ChatTemplate
-from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
-from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
 from worker.engine.constraints.grammar import grammar_problem
-from worker.engine.handle import RequestHandle
-from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
-from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.core.loop import EngineLoop
-from worker.engine.core.scheduler import SchedulerStats
-from worker.engine.exactness.load_check import Numerics, measure
-from worker.engine.modes import CacheMode
-from worker.engine.output.reasoning import opens_in_prompt
-from worker.engine.requests import ChatPrompt, Reasoning, Request
 from worker.engine.core.runner import Events
+from worker.engine.core.scheduler import SchedulerStats
 from worker.engine.core.sequence import Sequence
+from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
+from worker.engine.exactness.build_choice import loaded_build
+from worker.engine.exactness.load_check import Numerics, measure
+from worker.engine.handle import RequestHandle
+from worker.engine.modes import CacheMode
+from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
+from worker.engine.output.reasoning import opens_in_prompt
+from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.prompt.chat_template import ChatTemplate
+from worker.engine.requests import ChatPrompt, Reasoning, Request
 
 log = structlog.get_logger(__name__)
 
@@ -59,7 +59,8 @@ class Engine:
     def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None,
                  template_kwargs: dict[str, Any] | None = None) -> None:
         self.model = model
-        self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text, eos_text=model.eos_text)
+        self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text,
+                                 eos_text=model.eos_text)
         self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
         self._loop = loop
         self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
@@ -125,7 +126,8 @@ class Engine:
             self.model.warm_up()
             self._steps.measure_passes()
             config = self.model.config
-            if config.prefix_cache is CacheMode.EXACT or (self._steps.speculator and config.prefix_cache is CacheMode.OFF):
+            mode = config.prefix_cache
+            if mode is CacheMode.EXACT or (self._steps.speculator and mode is CacheMode.OFF):
                 self.numerics = measure(self.model)
                 if self.numerics.answers_reusable:
                     self._steps.cache.trust_decoded_cells()

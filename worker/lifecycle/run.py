@@ -12,16 +12,16 @@ import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
+from worker.api.generation_fields import sampling_defaults
 from worker.api.orch.route import vram_bytes
 from worker.api.progress import LoadingProgress
-from worker.api.generation_fields import sampling_defaults
 from worker.engine import SamplingParams
 from worker.engine.exactness.build_choice import choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry
-from worker.source.resolve import as_gguf, fetch_model
 from worker.source.convert import Conversion, ProgressReport
+from worker.source.resolve import as_gguf, fetch_model
 
 if TYPE_CHECKING:
     from worker.engine import Engine
@@ -128,7 +128,8 @@ class WorkerLife:
     def _announce(self) -> list[asyncio.Task]:
         settings, tasks = self.settings, []
         if settings.callback_url:
-            tasks.append(asyncio.ensure_future(post_ready(settings.callback_url, self._ready_body(), settings.callback_timeout)))
+            ready = post_ready(settings.callback_url, self._ready_body(), settings.callback_timeout)
+            tasks.append(asyncio.ensure_future(ready))
         if settings.heartbeat_url:
             tasks.append(asyncio.ensure_future(
                 heartbeat_loop(settings.heartbeat_url, settings.heartbeat_interval, self._heartbeat_body)))
@@ -147,7 +148,8 @@ class WorkerLife:
     def _heartbeat_body(self) -> dict:
         state = self.worker.state
         status = state if state in ("idle", "busy", "draining") else "busy"
-        return heartbeat_body(self.settings.worker_id, self.worker.model_id, self.settings.engine.device, self.port, status)
+        return heartbeat_body(self.settings.worker_id, self.worker.model_id, self.settings.engine.device, self.port,
+                              status)
 
     async def _drain(self) -> None:
         """Refuse new work (503), let admitted requests finish up to --drain-timeout, then cancel the rest."""
@@ -171,8 +173,8 @@ async def serve(settings: Settings) -> None:
     config = settings.engine
     if config.backend != "cpu" or config.rpc_servers:
         # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
-        # one such a model gets; a cpu-only model's is chosen once the model is known (exactness/build_choice.py), and every
-        # build has the cpu backend.
+        # one such a model gets; a cpu-only model's is chosen once the model is known
+        # (engine/exactness/build_choice.py), and every build has the cpu backend.
         from worker.engine.native.backends import require_backend
         from worker.engine.native.rpc import check_rpc
 

@@ -7,17 +7,22 @@ errors into one line that says what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx2
 import structlog
 from huggingface_hub import HfApi, constants, hf_hub_download, scan_cache_dir, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import (
-    CacheNotFound, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RemoteEntryNotFoundError,
-    RepositoryNotFoundError, RevisionNotFoundError,
+    CacheNotFound,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
 )
 
 from worker.errors import WorkerError

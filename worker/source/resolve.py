@@ -6,9 +6,9 @@ GGUF or a cached package never imports them (tests/test_debts.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from worker.errors import WorkerError
 from worker.progress import ProgressFn

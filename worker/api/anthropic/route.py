@@ -17,9 +17,9 @@ from worker.api.budgets import thinks
 from worker.api.errors import FAILED_STATUS, anthropic_error
 from worker.api.feed import feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
-from worker.api.problems import parse_json_object
 from worker.api.generation_fields import ChatRequest
 from worker.api.preamble import admitted
+from worker.api.problems import parse_json_object
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
 from worker.api.tools.plan import Turn, chat_turn

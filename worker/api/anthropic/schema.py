@@ -115,7 +115,8 @@ _MESSAGES = {"description": "a message, or Anthropic's named events when stream 
 
 
 PATHS: dict[str, dict] = {
-    "/v1/messages": post("Anthropic Messages API (text, tool_use and tool_result blocks)", "MessagesRequest", _MESSAGES, "AnthropicError"),
+    "/v1/messages": post("Anthropic Messages API (text, tool_use and tool_result blocks)", "MessagesRequest",
+                         _MESSAGES, "AnthropicError"),
     "/v1/messages/count_tokens": post("Anthropic token counting: the input tokens /v1/messages would read",
                                        "CountTokensRequest", {"description": "the count", **json_body({
                                            "type": "object", "required": ["input_tokens"],

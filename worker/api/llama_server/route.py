@@ -7,8 +7,8 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.api.problems import Reader, integral, parse_json_object
 from worker.api.openai.request import parse_chat
+from worker.api.problems import Reader, integral, parse_json_object
 from worker.api.state import WORKER
 from worker.api.tools.plan import chat_text
 

@@ -6,6 +6,7 @@ from typing import Any
 
 from worker.api.openapi_parts import COUNT, TEXT, json_body, post
 
+
 def detokenize_request(n_vocab: int | None) -> dict:
     ids = {"type": "integer", "minimum": 0, "description": "below the model's vocabulary size"}
     if n_vocab is not None:

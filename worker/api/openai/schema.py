@@ -8,8 +8,19 @@ from worker.api.budgets import EFFORT_BUDGETS
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS
 from worker.api.openai.embeddings import ENCODINGS, MAX_INPUTS
 from worker.api.openai.request import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, ROLES
-from worker.api.openapi_parts import (COUNT, GRAMMAR, PROMPT, TEXT, get, json_body, numbers, post, ref, sse_event,
-                                      stop_string)
+from worker.api.openapi_parts import (
+    COUNT,
+    GRAMMAR,
+    PROMPT,
+    TEXT,
+    get,
+    json_body,
+    numbers,
+    post,
+    ref,
+    sse_event,
+    stop_string,
+)
 from worker.fields import OPENAI_SAMPLING
 
 _RESPONSE_FORMAT = {"oneOf": [

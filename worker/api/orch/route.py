@@ -7,8 +7,8 @@ from aiohttp import web
 from worker.api import sse
 from worker.api.errors import RETRY_AFTER_S, classify
 from worker.api.generation import engine_requests, generating
-from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.orch.request import ExecuteRequest, parse_execute
+from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.state import WORKER, Phase, WorkerState
 from worker.engine import Finished, FinishReason, QueueFull, TokenEvent
 from worker.timefmt import utc_now
@@ -111,7 +111,8 @@ async def execute(request: web.Request) -> web.StreamResponse:
     engine = worker.require_engine()
     job = parse_execute(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem)
     if job.job_id in worker.jobs:
-        raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running", job.job_id)])
+        raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running",
+                                      job.job_id)])
     try:
         return await _stream_job(request, worker, job)
     except QueueFull as exc:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.openapi_parts import (COUNT, GRAMMAR, TEXT, event, get, json_body, numbers, post, ref, sse,
-                                      stop_string)
+from worker.api.openapi_parts import COUNT, GRAMMAR, TEXT, event, get, json_body, numbers, post, ref, sse, stop_string
 from worker.api.orch.request import EXECUTE_STOP_BYTES, EXECUTE_STOP_STRINGS
 from worker.fields import EXECUTE_SAMPLING
 
@@ -45,7 +44,8 @@ _HEALTH = {"description": "healthy", **json_body({"type": "object", "properties"
     "status": {"type": "string"}, "vram_bytes": {"type": "integer"},
     "exactness": {"type": "object", "properties": {
         "prefix_cache": {"enum": ["exact", "fast", "off"]},
-        "library": {"enum": ["default", "no-llamafile", "LLAMA_CPP_LIB_PATH"]}, "flash_attn": {"enum": ["on", "off", "auto"]},
+        "library": {"enum": ["default", "no-llamafile", "LLAMA_CPP_LIB_PATH"]},
+        "flash_attn": {"enum": ["on", "off", "auto"]},
         "cache_type_k": {"type": "string"}, "cache_type_v": {"type": "string"}, "attention_pinned": {"type": "boolean"},
         "tiled_mm": {"type": "boolean"}, "repack": {"type": "boolean"},
         "decoded_cells_exact": {"type": ["boolean", "null"]}, "batch_invariant": {"type": ["boolean", "null"]},
@@ -58,7 +58,8 @@ PATHS: dict[str, dict] = {
                       sse("started, token*, metrics, end, [DONE]", _EXECUTE_EVENT), "ContractErrors"),
     "/v1/inference": post("Alias of /execute", "ExecuteRequest", sse("as /execute", _EXECUTE_EVENT),
                            "ContractErrors"),
-    "/cancel": {"post": {"summary": "Cancel a job (idempotent)", "requestBody": {"required": True, **json_body(ref("CancelRequest"))},
+    "/cancel": {"post": {"summary": "Cancel a job (idempotent)",
+                         "requestBody": {"required": True, **json_body(ref("CancelRequest"))},
                          "responses": {"202": {"description": "accepted"},
                                        "400": {"description": "bad body", **json_body(ref("ContractErrors"))}}}},
     "/health": get("Liveness: 503 until the model is warm", _HEALTH),

@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from worker.api.problems import InvalidRequest, Problem, Reader
-from worker.api.responses.store import Message, ResponseStore
 from worker.api.generation_fields import ChatRequest
 from worker.api.openai.request import parse_chat
+from worker.api.problems import InvalidRequest, Reader
+from worker.api.responses.store import Message, ResponseStore
 from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.fields import OPENAI_SAMPLING

@@ -13,8 +13,9 @@ wake on the JSON that opens the answer, which is where parse.py reads their bare
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from worker.api.tools.parse import GENERIC, HERMES, HERMES_CLOSE, HERMES_OPEN, LLAMA_3, MISTRAL, Syntax
 

@@ -53,7 +53,7 @@ class HostCache:
             return
         tokens = saved.tokens
         kept = [entry for entry in self._entries if tokens[:len(entry.tokens)] != entry.tokens]
-        self._entries = self._newest_within(kept, self.limit_bytes - saved.size) + [saved]
+        self._entries = [*self._newest_within(kept, self.limit_bytes - saved.size), saved]
 
     def shrink(self) -> None:
         """Host memory ran out: hold at most 40 % of what is held now, dropping the oldest (as llama-server does)."""

@@ -20,7 +20,6 @@ from typing import Any
 
 from worker.lazy import standalone_module
 
-
 # Loaded from its file: the HTTP routes import this module at startup, before the worker chooses its llama.cpp build.
 _grammar = standalone_module("llama_cpp", "llama_grammar")
 RESERVED_NAMES, BuiltinRule, SchemaConverter = _grammar.RESERVED_NAMES, _grammar.BuiltinRule, _grammar.SchemaConverter
@@ -82,7 +81,7 @@ def schema_grammar(schema: Any) -> str:
     converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         converter.visit(converter.resolve_refs(cleaned, ""), "")
-    except Exception as exc:  # noqa: BLE001 - a user's schema must never become a 500
+    except Exception as exc:
         raise SchemaProblem([("", f"the grammar converter failed on this schema: {exc!r}")]) from None
     return converter.format_grammar()
 

@@ -11,22 +11,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
-from worker.engine.speculative.draft_model import DraftModel
-from worker.engine.modes import SpecType
-from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
-from worker.engine.errors import QueueFull
 from worker.engine.cache.host_cache import HostCache
-from worker.engine.native.model import LlamaModel
 from worker.engine.cache.prefix_cache import PrefixCache
-from worker.engine.modes import CacheMode
-from worker.engine.requests import FinishReason
 from worker.engine.core.runner import Events, ModelRunner
-from worker.engine.output.token_output import finished_event
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.errors import QueueFull
+from worker.engine.modes import CacheMode, SpecType
+from worker.engine.native.model import LlamaModel
+from worker.engine.output.token_output import finished_event
+from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
+from worker.engine.requests import FinishReason
+from worker.engine.speculative.draft_model import DraftModel
 from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]

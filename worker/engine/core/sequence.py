@@ -11,9 +11,9 @@ from worker.engine.output.detokenizer import StreamingText
 from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
-    from worker.engine.speculative.draft_rule import DraftState
     from worker.engine.handle import RequestHandle
     from worker.engine.output.sampler import Sampler
+    from worker.engine.speculative.draft_rule import DraftState
 
 
 class SequenceState(enum.Enum):

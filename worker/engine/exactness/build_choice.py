@@ -2,7 +2,7 @@
 
 llamafile's tinyBLAS (ggml-cpu/llamafile/sgemm.cpp) computes F32, F16 and BF16 matrix products of two or more rows
 and leaves one-row products to ggml's vec_dot, which sums in another order. On such weights a row's logits depend
-on how many rows its batch holds: the load-time check (exactness/load_check.py) measured both guarantees broken on F16 (rows
+on how many rows its batch holds: the load-time check (load_check.py) measured both guarantees broken on F16 (rows
 move with their neighbours; answers' cells differ from a prefill's), and so does attention without flash
 attention, whose products take the F16 KV cells. No runtime switch turns tinyBLAS off, but a build of the same
 llama.cpp without it (CMakePresets.json's no-llamafile) computes every row count through vec_dot. `make install`
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine.config import EngineConfig
-from worker.engine.modes import CacheMode
 from worker.engine.exactness.tensor_table import weight_product_types
+from worker.engine.modes import CacheMode
 
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # read by llama_cpp/llama_cpp.py at import
 # Where `make install` links the no-llamafile build (scripts/build-llama-cpp's output, cached per flags).

@@ -13,7 +13,7 @@ flags and tensor types tell reliably, so the engine asks the numerics: at load i
 cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise, and it
 decodes a row alone and beside another slot's rows. It measures on every backend and says what it found;
 it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (exactness/kv_plan.py,
-exactness/ggml_switches.py, exactness/build_choice.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
+ggml_switches.py, build_choice.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def decode_matches_prefill(model: LlamaModel) -> bool:
         for kept, decoded in SHAPES:
             llama_cpp.llama_memory_seq_rm(model.memory, 0, kept, -1)
             one_by_one = [(pos, pos + 1) for pos in range(kept, kept + decoded)]
-            if cold is None or _logits_after(model, batch, tokens, [*one_by_one, (kept + decoded, PROBE_TOKENS)]) != cold:
+            tail = (kept + decoded, PROBE_TOKENS)
+            if cold is None or _logits_after(model, batch, tokens, [*one_by_one, tail]) != cold:
                 return False
         return True
     finally:
@@ -104,7 +105,8 @@ def row_ignores_batch(model: LlamaModel) -> bool:
         for beside in (1, BESIDE_ROWS):
             llama_cpp.llama_memory_seq_rm(model.memory, 0, last, -1)
             llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
-            if not alone or _decode_rows(model, batch, [row] + [(tokens[pos], pos, 1, False) for pos in range(beside)]) != alone:
+            others = [(tokens[pos], pos, 1, False) for pos in range(beside)]
+            if not alone or _decode_rows(model, batch, [row, *others]) != alone:
                 return False
         return True
     finally:
@@ -144,14 +146,15 @@ def _logits_after(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[
     """Decode each chunk of `tokens` in slot 0 as one llama_decode call; the logits of the prompt's last row."""
     logits = None
     for start, end in chunks:
-        logits = _decode_rows(model, batch, [(tokens[pos], pos, 0, pos == len(tokens) - 1) for pos in range(start, end)])
+        rows = [(tokens[pos], pos, 0, pos == len(tokens) - 1) for pos in range(start, end)]
+        logits = _decode_rows(model, batch, rows)
         if logits is False:
             return None
     return logits
 
 
 def _decode_rows(model: LlamaModel, batch: llama_cpp.llama_batch,
-                 rows: list[tuple[int, int, int, bool]]) -> bytes | None | bool:
+                 rows: list[tuple[int, int, int, bool]]) -> bytes | bool | None:
     """One llama_decode over (token, position, slot, wants logits) rows: the first wanted row's logits, None if
     no row wants them, False if the call failed."""
     wanted = None

@@ -10,11 +10,11 @@ from pathlib import Path
 import llama_cpp
 import structlog
 
+from worker.engine.config import EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
+from worker.engine.modes import CacheMode
 from worker.engine.native import llama_log
 from worker.engine.native.backends import ggml, require_backend
-from worker.engine.config import EngineConfig
-from worker.engine.modes import CacheMode
 from worker.engine.native.rpc import rpc_devices
 from worker.errors import WorkerError
 from worker.progress import ProgressFn
@@ -82,7 +82,8 @@ class LlamaModel:
         device = require_backend(config.backend, config.device)
         self.path = path
         self.config = config
-        # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend (exactness/ggml_switches.py).
+        # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend
+        # (exactness/ggml_switches.py).
         row_invariant = config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
         self.kernels = kernels.choose_kernels(path, row_invariant)
         kernels.apply(self.kernels)

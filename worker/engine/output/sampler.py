@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import llama_cpp
 
-from worker.engine.output.seeded_draw import SeededDraw, random_seed
 from worker.engine.constraints.grammar import GrammarSampler
 from worker.engine.constraints.lazy_grammar import LazyGrammar
+from worker.engine.output.seeded_draw import SeededDraw, random_seed
 from worker.engine.requests import SamplingParams
 
 
@@ -59,7 +59,8 @@ class Sampler:
     def __init__(self, params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int,
                  prompt: list[int]) -> None:
         # Kept here: the draw's Python callback must live as long as the chain that calls it.
-        self._draw = SeededDraw(random_seed() if params.seed is None else params.seed) if params.temperature > 0 else None
+        seed = random_seed() if params.seed is None else params.seed
+        self._draw = SeededDraw(seed) if params.temperature > 0 else None
         self.chain, penalized = build_chain(params, n_vocab, self._draw)
         if penalized:  # penalties look back over the prompt too, as llama-server's do
             for token in prompt[-params.repeat_last_n:]:

@@ -8,7 +8,7 @@ an end of generation, what bytes it spells), so the rules below run in unit test
 from __future__ import annotations
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from worker.engine.core.sequence import Sequence
 from worker.engine.requests import Finished, FinishReason, TokenEvent, TokenLogprob

@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import llama_cpp
 import structlog

@@ -1,5 +1,5 @@
 """Speculative decoding's rule: how many drafted tokens each sequence puts in a step, from what they cost and how
-often they are accepted. Free of llama_cpp; the runner verifies, speculative/prompt_lookup.py and draft_model.py propose.
+often they are accepted. Free of llama_cpp; the runner verifies, prompt_lookup.py and draft_model.py propose.
 
 A sequence's drafts ride in the step's one llama_decode call behind its decode row, so a step with k drafted
 tokens computes k more rows. On the CPU rows are not free (bench/probes/verifycost.py, test model, 2 cores: one
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worker.engine.modes import SpecType
 from worker.engine.speculative.prompt_lookup import TokenHistory
 
 # Weight of the newest observation in a pass's running cost.

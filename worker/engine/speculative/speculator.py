@@ -1,7 +1,7 @@
 """A step's drafts: which decode rows carry drafted tokens behind them, and what each verified draft teaches.
 
-The proposer says what a sequence could draft (prompt lookup: speculative/prompt_lookup.py; a draft model: draft_model.py), the rule
-in speculative/draft_rule.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
+The proposer says what a sequence could draft (prompt lookup: prompt_lookup.py; a draft model: draft_model.py), the rule
+in draft_rule.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
 sequence's own chain and keeps drafted tokens while they equal what was sampled. Every kept token is the token
 the sequence would have sampled from those logits anyway, so where a row's logits do not depend on the rows
 beside it (the load-time check, exactness/load_check.py) drafts cannot change the text, greedy or seeded.
@@ -12,12 +12,20 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.engine.config import EngineConfig
-from worker.engine.speculative.draft_rule import (
-    Acceptance, Candidate, DraftState, Offer, PassCosts, Shadow, StepYields, micro_batches, plan_drafts,
-)
-from worker.engine.modes import SpecType
-from worker.engine.speculative.prompt_lookup import NGRAM_PRIORS, TokenHistory
 from worker.engine.core.sequence import Sequence
+from worker.engine.modes import SpecType
+from worker.engine.speculative.draft_rule import (
+    Acceptance,
+    Candidate,
+    DraftState,
+    Offer,
+    PassCosts,
+    Shadow,
+    StepYields,
+    micro_batches,
+    plan_drafts,
+)
+from worker.engine.speculative.prompt_lookup import NGRAM_PRIORS, TokenHistory
 
 
 class Proposer(Protocol):
@@ -35,7 +43,7 @@ class Proposer(Protocol):
 
 
 class PromptLookup:
-    """Drafts from the sequence's own prompt and output (speculative/prompt_lookup.py); a draft's kind is its n-gram's size. Finding
+    """Drafts from the sequence's own prompt and output (prompt_lookup.py); a draft's kind is its n-gram's size. Finding
     a proposal costs ~3 us, so every offer carries its tokens."""
 
     priors = NGRAM_PRIORS

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import structlog
 

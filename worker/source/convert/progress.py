@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+
 import click
 import structlog
 
@@ -11,7 +12,8 @@ log = structlog.get_logger(__name__)
 
 
 class ProgressReport:
-    """A ProgressFn for convert and quantize (done and total count tensors) that logs `progress` events at each tenth and draws a bar when stderr is a terminal."""
+    """A ProgressFn for convert and quantize (done and total count tensors) that logs `progress` events at each
+    tenth and draws a bar when stderr is a terminal."""
 
     def __init__(self, bar: bool | None = None) -> None:
         self.bar_enabled = sys.stderr.isatty() if bar is None else bar
