@@ -274,7 +274,9 @@ class Engine:
     @staticmethod
     def _deliver(events: Events) -> None:
         for sequence, event in events:
-            sequence.handle.push(event)
+            handle = sequence.handle
+            assert handle is not None  # submit_choices gives each sequence its handle before it is queued
+            handle.push(event)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop the engine thread; every open request ends with a CANCELLED Finished."""

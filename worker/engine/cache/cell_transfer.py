@@ -36,19 +36,19 @@ class CellTransfer:
 
     def save_dropped(self, slot: int, kept: int) -> None:
         """Save the cells a request taking `slot` drops (all past its first `kept`) to host memory, if worth it."""
-        record = self.cache.worth_saving(slot, kept)
-        if record is None or slot in self._copying:
+        host, record = self.cache.host, self.cache.worth_saving(slot, kept)
+        if host is None or record is None or slot in self._copying:  # (no host cache: nothing is worth saving)
             return
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
         size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
         try:
             data = (ctypes.c_uint8 * size)()
         except MemoryError:  # the machine has less to spare than --cache-ram says: hold less from now on
-            self.cache.host.shrink()
-            log.warning("cache_ram_reduced", limit_mib=self.cache.host.limit_bytes // MIB, bytes_not_saved=size)
+            host.shrink()
+            log.warning("cache_ram_reduced", limit_mib=host.limit_bytes // MIB, bytes_not_saved=size)
             return
         if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
-            self.cache.host.add(SavedCells(record.tokens, record.exact, data))
+            host.add(SavedCells(record.tokens, record.exact, data))
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
 
     def restore(self, slot: int, saved: SavedCells, reuse: int) -> int:
@@ -58,5 +58,7 @@ class CellTransfer:
                 llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
             log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
             return reuse
-        self.cache.host.add(saved)  # still whole in host memory: another prompt may find it
+        host = self.cache.host
+        assert host is not None  # saved cells come from the host cache
+        host.add(saved)  # still whole in host memory: another prompt may find it
         return 0

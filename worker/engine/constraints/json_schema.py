@@ -16,13 +16,18 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.lazy import standalone_module
 
-# Loaded from its file: the HTTP routes import this module at startup, before the worker chooses its llama.cpp build.
-_grammar = standalone_module("llama_cpp", "llama_grammar")
-RESERVED_NAMES, BuiltinRule, SchemaConverter = _grammar.RESERVED_NAMES, _grammar.BuiltinRule, _grammar.SchemaConverter
+if TYPE_CHECKING:  # the same classes, named so that a type checker can use them as types
+    from llama_cpp.llama_grammar import RESERVED_NAMES, BuiltinRule, SchemaConverter
+else:
+    # Loaded from its file: the HTTP routes import this module at startup, before the worker chooses its llama.cpp
+    # build.
+    _grammar = standalone_module("llama_cpp", "llama_grammar")
+    RESERVED_NAMES, BuiltinRule, SchemaConverter = (_grammar.RESERVED_NAMES, _grammar.BuiltinRule,
+                                                    _grammar.SchemaConverter)
 
 TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 FORMATS = ("date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5")

@@ -111,7 +111,7 @@ class EngineLoop:
     def measure_passes(self) -> None:
         """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes)."""
         if self.speculator:
-            self._runner.measure_passes()
+            self._runner.measure_passes(self.speculator)
 
     def run(self) -> None:
         try:
@@ -137,15 +137,17 @@ class EngineLoop:
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
             plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)
-            embeds = self._embedder.plan(self._embeds) if self._embeds else []
+            # Only an engine loaded with embeddings (an embedder) takes embedding jobs.
+            embedder = self._embedder
+            embeds = embedder.plan(self._embeds) if self._embeds and embedder is not None else []
             if self._running or self._waiting:
                 self._busy_until = time.monotonic()
         self._runner.run(plan, events)
         self._collect_finished()
         if events:
             self._dispatch(events)
-        if embeds:  # after the step's tokens are on their way
-            self._embedder.run(embeds)
+        if embeds and embedder is not None:  # after the step's tokens are on their way
+            embedder.run(embeds)
         steps, step_s, _ = self._totals
         self._totals = (steps + 1, step_s + time.perf_counter() - started, self._runner.decode_s)
         return True
@@ -208,6 +210,7 @@ def speculator(model: LlamaModel) -> Speculator | None:
     if config.spec_type is SpecType.NONE or config.draft_max == 0:
         return None
     if config.spec_type is SpecType.DRAFT:
+        assert config.model_draft is not None, "--spec-type draft needs --model-draft (settings.py refuses it without)"
         return Speculator(config, DraftModel(config.model_draft, config, model))
     return Speculator(config, PromptLookup())
 

@@ -21,9 +21,8 @@ from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.modes import CacheMode
 from worker.engine.native.model import LlamaModel
-from worker.engine.output.detokenizer import StreamingText
 from worker.engine.output.logprobs import LogprobReader
-from worker.engine.output.reasoning import END_OF_THINKING, ThinkingSplit
+from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.output.token_output import TokenOutput, finished_event
 from worker.engine.requests import Event, FinishReason, PromptLogprobs
@@ -83,8 +82,6 @@ class ModelRunner:
         seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, seq.prompt)
         if self.speculator:
             self.speculator.start(seq)
-        reasoning = seq.request.reasoning
-        seq.text = StreamingText(seq.request.stop, ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
 
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
@@ -97,7 +94,8 @@ class ModelRunner:
     def _decode_step(self, decode: list[Sequence], events: Events) -> None:
         """One row for each generating sequence, each followed by its draft if it drafts (speculative/speculator.py)."""
         began = time.perf_counter()
-        drafts = self.speculator.drafts(decode) if self.speculator else {}
+        speculator = self.speculator
+        drafts = speculator.drafts(decode) if speculator else {}
         steps = [(seq, drafts.get(seq, [])) for seq in decode]
         rows = []
         for seq, draft in steps:
@@ -108,19 +106,22 @@ class ModelRunner:
             return
         seconds = self.decode_s - started
         self.pace.observe_decode(seconds)
-        if self.speculator:
-            self.speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
+        if speculator:
+            speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
         now, row, generated = time.monotonic(), 0, 0
         for seq, draft in steps:
-            generated += self._verify(seq, draft, row, now, events)
+            accepted = self._verify(seq, draft, row, now, events)
+            if draft and speculator:  # (drafts come only from the speculator)
+                speculator.verified(seq, len(draft), accepted)
+            generated += 1 + accepted
             row += 1 + len(draft)
-        if self.speculator:
-            self.speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
+        if speculator:
+            speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
     def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
         logits are then those of the tokens the sequence really has, and its sample is the next token. Returns
-        the tokens generated."""
+        the drafted tokens accepted (the tokens generated are one more)."""
         accepted = 0
         seq.n_past += 1
         token = self._sample(seq, row, now, events)
@@ -131,15 +132,14 @@ class ModelRunner:
         if draft:
             # The rejected tokens' cells: nothing may read or reuse them.
             llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, seq.n_past, -1)
-            self.speculator.verified(seq, len(draft), accepted)
-        return accepted + 1
+        return accepted
 
-    def measure_passes(self) -> None:
+    def measure_passes(self, speculator: Speculator) -> None:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
         machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread."""
         batch, slot = self._batch, 0
         for rows in CALIBRATION_ROWS:
-            if rows > self.speculator.draft_max + 1:
+            if rows > speculator.draft_max + 1:
                 break
             for _ in range(2):
                 for i in range(rows):
@@ -148,7 +148,7 @@ class ModelRunner:
                 batch.n_tokens = rows
                 started = time.perf_counter()
                 if llama_cpp.llama_decode(self.model.ctx, batch) == 0:
-                    self.speculator.observe_call([(slot, rows)], time.perf_counter() - started)
+                    speculator.observe_call([(slot, rows)], time.perf_counter() - started)
                 llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
 
     def _settle(self, settle: Settle) -> None:
@@ -170,7 +170,8 @@ class ModelRunner:
     def _prefill(self, chunk: Chunk, events: Events) -> None:
         seq = chunk.sequence
         prompt = seq.prompt
-        scored = seq.request.prompt_logprobs is not None
+        n_top = seq.request.prompt_logprobs  # None: the prompt is not scored
+        scored = n_top is not None
         rows = [Row(prompt[pos], pos, seq, scored or (chunk.completes_prompt and pos == chunk.end - 1))
                 for pos in range(chunk.start, chunk.end)]
         started = self.decode_s
@@ -180,8 +181,8 @@ class ModelRunner:
         if self.speculator:
             self.speculator.observe_call([(seq.slot, len(rows))], self.decode_s - started)
         seq.n_past = chunk.end
-        if scored:
-            self._score_prompt(chunk)
+        if n_top is not None:
+            self._score_prompt(chunk, n_top)
         if chunk.completes_prompt:
             now, row = time.monotonic(), len(rows) - 1
             for fork in seq.forks:
@@ -196,14 +197,14 @@ class ModelRunner:
                 return
             self._sample(seq, row, now, events)
 
-    def _score_prompt(self, chunk: Chunk) -> None:
+    def _score_prompt(self, chunk: Chunk, n_top: int) -> None:
         """Each chunk row's logits score the prompt token after it (the last row's score the answer's first).
 
         These are the rows of the chunk's own llama_decode call, read before the next call replaces them: the
         same aligned chunks a prompt is always prefilled in, so the scores are what one-by-one decoding of
         those tokens reports (docs/cache-and-exactness.md: aligned prefill matches single-token decode)."""
         seq = chunk.sequence
-        prompt, n_top = seq.prompt, seq.request.prompt_logprobs
+        prompt = seq.prompt
         for row, pos in enumerate(range(chunk.start, min(chunk.end, len(prompt) - 1))):
             seq.prompt_logprobs.append(self._logprobs.read(row, prompt[pos + 1], n_top))
 
@@ -219,7 +220,9 @@ class ModelRunner:
         reasoning = thinking is not None and thinking.in_reasoning
         token = self._output.forced_token(seq, reasoning)
         if token is None:
-            token = seq.sampler.sample(self.model.ctx, row, constrained=not reasoning)
+            sampler = seq.sampler
+            assert sampler is not None  # start gives it its chain; retired, it samples no more
+            token = sampler.sample(self.model.ctx, row, constrained=not reasoning)
             if reasoning:
                 seq.thought += 1
         if token is None:  # the grammar allows no token here (it needs text no token spells)
@@ -229,7 +232,7 @@ class ModelRunner:
         if seq.request.logprobs is not None and not self.model.is_eog(token):
             seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
         event, reason = self._output.append(seq, token, now)
-        if seq.draft is not None:
+        if seq.draft is not None and self.speculator is not None:  # (draft states come only from the speculator)
             self.speculator.generated(seq, token)
         if event is not None:
             events.append((seq, event))

@@ -140,7 +140,9 @@ class Scheduler:
             waiting.remove(sequence)
             free_slots.remove(choice.slot)
             if choice.saved is not None:  # this request's now: no other may load it too
-                self.cache.host.take(choice.saved)
+                host = self.cache.host
+                assert host is not None  # saved cells come from the host cache
+                host.take(choice.saved)
             admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source, choice.saved))
             prefilling.append(sequence)  # from this step on: a burst's later requests wait for its cells
             for fork in sequence.forks:

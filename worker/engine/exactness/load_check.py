@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ctypes
 from dataclasses import dataclass
+from typing import Literal
 
 import llama_cpp
 
@@ -147,14 +148,15 @@ def _logits_after(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[
     logits = None
     for start, end in chunks:
         rows = [(tokens[pos], pos, 0, pos == len(tokens) - 1) for pos in range(start, end)]
-        logits = _decode_rows(model, batch, rows)
-        if logits is False:
+        decoded = _decode_rows(model, batch, rows)
+        if decoded is False:
             return None
+        logits = decoded
     return logits
 
 
 def _decode_rows(model: LlamaModel, batch: llama_cpp.llama_batch,
-                 rows: list[tuple[int, int, int, bool]]) -> bytes | bool | None:
+                 rows: list[tuple[int, int, int, bool]]) -> bytes | Literal[False] | None:
     """One llama_decode over (token, position, slot, wants logits) rows: the first wanted row's logits, None if
     no row wants them, False if the call failed."""
     wanted = None

@@ -97,7 +97,9 @@ class LlamaModel:
             self.attention = config.attention(self._head_size_k())
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
-            self.embed_ctx, self.embed_n_batch = self._new_embedding_context(config) if self.pooling else (None, 0)
+            self.embed_ctx: llama_cpp.llama_context_p | None  # the embedding context, with --embeddings
+            self.embed_ctx, self.embed_n_batch = (self._new_embedding_context(config, self.pooling) if self.pooling
+                                                  else (None, 0))
         self.device_bytes = buffers.bytes  # weights, KV cells and compute buffers off this machine's RAM
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
@@ -160,7 +162,7 @@ class LlamaModel:
                     f"V cache {attention.cache_type_v}, flash attention {attention.flash_attn}",
             "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn")
 
-    def _new_embedding_context(self, config: EngineConfig) -> tuple[llama_cpp.llama_context_p, int]:
+    def _new_embedding_context(self, config: EngineConfig, pooling: str) -> tuple[llama_cpp.llama_context_p, int]:
         """The context /v1/embeddings decodes in, on the same weights; and the most tokens one decode (and so
         one input) may hold: pooling reads a whole input from one ubatch, so batch = ubatch = KV cells."""
         size = min(config.ubatch_size, config.batch_size, self.n_ctx_train)
@@ -170,7 +172,7 @@ class LlamaModel:
         # One stream all a decode's inputs share, each its own sequence: cleared after every decode.
         params.kv_unified = True
         params.embeddings = True
-        params.pooling_type = POOLING[self.pooling]
+        params.pooling_type = POOLING[pooling]
         params.n_threads = params.n_threads_batch = config.threads
         params.no_perf = True
         # The same attention as generation: with flash attention held to its per-row kernel, each input's vector

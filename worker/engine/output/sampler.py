@@ -46,6 +46,7 @@ def build_chain(params: SamplingParams, n_vocab: int,
     if params.min_p > 0.0:
         add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
     add(llama_cpp.llama_sampler_init_temp(params.temperature))
+    assert draw is not None  # Sampler gives every sampled (temperature > 0) request its draw
     add(draw.sampler)
     return chain, penalized
 

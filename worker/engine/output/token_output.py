@@ -32,7 +32,9 @@ class TokenOutput:
         if not seq.forced:
             return None
         token = seq.forced.pop(0)
-        seq.sampler.accept(token)
+        sampler = seq.sampler
+        assert sampler is not None  # a sequence that samples holds its chain
+        sampler.accept(token)
         return token
 
     def append(self, seq: Sequence, token: int, now: float) -> tuple[TokenEvent | None, FinishReason | None]:
@@ -83,7 +85,7 @@ def finished_event(seq: Sequence, reason: FinishReason, message: str) -> Finishe
         prompt_tokens=len(seq.prompt),
         completion_tokens=len(seq.generated),
         cached_tokens=seq.cached,
-        stop_sequence=seq.text.matched if seq.text else None,
+        stop_sequence=seq.text.matched,
         message=message,
         queue_s=(seq.admitted_at or time.monotonic()) - seq.submitted_at,
         ttft_s=first - seq.submitted_at if first else 0.0,

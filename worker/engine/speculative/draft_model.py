@@ -19,7 +19,7 @@ from worker.engine.config import EngineConfig
 from worker.engine.core.sequence import Sequence
 from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
-from worker.engine.speculative.draft_rule import Offer
+from worker.engine.speculative.draft_rule import DraftState, Offer
 from worker.errors import WorkerError
 
 # The prior acceptance of a draft model's tokens (drafts.Acceptance): a draft model of the same family agrees
@@ -55,7 +55,7 @@ class DraftModel:
         llama_cpp.llama_batch_free(self._batch)
         self.model.close()
 
-    def offer(self, seq: Sequence, limit: int) -> Offer:
+    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
         return Offer(KIND, limit)  # drafted only when asked: a decode of its own per token
 
     def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
