@@ -9,6 +9,7 @@ Routes with narrower rules (the pool-manager contract, Anthropic's ranges) narro
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from worker.engine.config import MAX_DRAFT
 
@@ -23,7 +24,7 @@ class NumberField:
     nullable: bool = False  # null means the default, as OpenAI's SDKs send it
     per_model: bool = True  # models.toml may default it (per-request ones like seed may not)
 
-    def narrowed(self, **changes: object) -> NumberField:
+    def narrowed(self, **changes: Any) -> NumberField:
         return replace(self, **changes)
 
 

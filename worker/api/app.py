@@ -6,6 +6,7 @@ import uuid
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client.aiohttp import make_aiohttp_handler
 
 from worker.api import anthropic, llama_server, openai, openapi, orch, responses
@@ -17,7 +18,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 @web.middleware
-async def request_id_middleware(request: web.Request, handler):
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
     request["request_id"] = request_id
     with structlog.contextvars.bound_contextvars(request_id=request_id, path=request.path):

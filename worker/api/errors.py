@@ -11,6 +11,7 @@ import enum
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.state import NotReady
@@ -61,11 +62,15 @@ def classify(exc: Exception) -> Failure | None:
         # 404, as OpenAI answers a model it does not have: the body is valid, the model is missing.
         return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])
     if isinstance(exc, QueueFull):
-        full = Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")
-        return Failure(503, "queue_full", [full], True)
+        return queue_full(exc)
     if isinstance(exc, NotReady):
         return Failure(503, "not_ready", [Problem("worker", "ready", f"{exc}; retry later")], True)
     return None
+
+
+def queue_full(exc: QueueFull) -> Failure:
+    full = Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")
+    return Failure(503, "queue_full", [full], True)
 
 
 def openai_body(failure: Failure) -> dict:
@@ -119,7 +124,7 @@ def family_of(request: web.Request) -> Family:
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler):
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except Exception as exc:

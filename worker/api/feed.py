@@ -39,12 +39,13 @@ async def feed(handle: TrackedHandle, answer: Answer, content: Content, send: Se
             await send(content.add(reasoning, event.reasoning) + content.add("text", release.text))
             for call in release.calls:
                 await send(content.call(call))
-    if handle.finished.reason in ENDED:
+    finished = handle.ended
+    if finished.reason in ENDED:
         release = answer.finish()
         await send(content.add("text", release.text))
         for call in release.calls:
             await send(content.call(call))
-        await send(content.finish(handle.finished))
+        await send(content.finish(finished))
     return reasoning_tokens
 
 

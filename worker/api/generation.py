@@ -59,6 +59,14 @@ class TrackedHandle:
     def finished(self) -> Finished | None:
         return self._handle.finished
 
+    @property
+    def ended(self) -> Finished:
+        """The Finished event, for a route that read the events to the end (the last of them is this one)."""
+        finished = self._handle.finished
+        if finished is None:
+            raise RuntimeError("the request's events were not read to the end")
+        return finished
+
     def cancel(self) -> None:
         self._handle.cancel()
 

@@ -13,7 +13,8 @@ from worker.api.state import WorkerState
 class Prompted(Protocol):
     """A request read into a route's terms: the model it names, and where its prompt is."""
 
-    model: str | None
+    @property
+    def model(self) -> str | None: ...
 
     def prompt_chars(self) -> tuple[str, int]: ...
 

@@ -61,7 +61,7 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, m
         **message, "content": [], "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}, {"type": "ping"}])
     await feed(handle, answer, Blocks(), send, "thinking")
-    finished = handle.finished
+    finished = handle.ended
     if finished.reason not in STOP_REASONS:
         await send([_failure(finished)[1]])
         return response
@@ -100,7 +100,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             return await _stream(request, handle, answer, message, len(turn.prompt.tokens))
         blocks = Blocks()
         await feed(handle, answer, blocks, unsent, "thinking")
-        finished = handle.finished
+        finished = handle.ended
         if finished.reason not in STOP_REASONS:
             status, body = _failure(finished)
             return web.json_response(body, status=status)

@@ -108,7 +108,8 @@ class Output:
 
 
 async def _collect(handle: TrackedHandle) -> Output:
-    texts, reasoning, entries, prompt = [], [], [], None
+    texts, reasoning, prompt = [], [], None
+    entries: list[TokenLogprob] = []
     async for event in handle:
         if isinstance(event, TokenEvent):
             texts.append(event.text)
@@ -151,14 +152,17 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
     def whole_logprobs(index: int, output: Output) -> dict | None:
         if not wants_logprobs:
             return None
-        leading = scorer.prompt(output.prompt) if scorer else None  # first: the prompt's offsets come first
+        leading = None
+        if scorer:  # first: the prompt's offsets come first
+            assert output.prompt is not None  # a scored prompt's scores come before its answer
+            leading = scorer.prompt(output.prompt)
         answer = formats[index](output.entries)
         return joined(leading, answer) if leading else answer
 
     async with generating(worker, choices) as handles:
         if not generation.stream:
             outputs = await asyncio.gather(*(_collect(handle) for handle in handles))
-            finished = [handle.finished for handle in handles]
+            finished = [handle.ended for handle in handles]
             if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
                 return web.json_response(_failure(failed), status=FAILED_STATUS[failed.reason])
             releases = [answer.feed(output.text) + answer.finish() for answer, output in zip(answers, outputs)]
@@ -179,6 +183,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, None, [])]})
         async for index, event in merged(handles):
             if isinstance(event, PromptLogprobs):
+                assert scorer is not None  # the prompt's scores come only when asked for (scores_prompt)
                 scores = scorer.prompt(event)
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, scores, [])]})
             elif isinstance(event, TokenEvent):
@@ -193,7 +198,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
                 await sse.send(response, _failure(event))
                 break  # leaving `generating` ends the other choices too
         if generation.include_usage and all(handle.finished for handle in handles):
-            await sse.send(response, {**chunk, "choices": [], "usage": _usage([h.finished for h in handles])})
+            await sse.send(response, {**chunk, "choices": [], "usage": _usage([h.ended for h in handles])})
         await response.write(sse.DONE)
         return response
 

@@ -48,7 +48,7 @@ _SAMPLING = {
     "grammar": GRAMMAR,
     "response_format": _RESPONSE_FORMAT,
 }
-CHAT_ONLY = {
+CHAT_ONLY: dict[str, Any] = {
     "chat_template_kwargs": {"type": ["object", "null"], "description": "template variables, e.g. enable_thinking"},
     "logprobs": {"type": ["boolean", "null"]},
     "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_TOP_LOGPROBS},
@@ -109,8 +109,9 @@ _MESSAGE = {"anyOf": [
      "properties": {"role": {"const": "tool"}, "content": {"oneOf": _CONTENT},
                     "tool_call_id": {"type": "string", "minLength": 1}}},
 ]}
-TOKEN_IDS = {"type": "array", "minItems": 1,
-              "items": {"type": "integer", "minimum": 0, "description": "below the model's vocabulary size"}}
+TOKEN_IDS: dict[str, Any] = {
+    "type": "array", "minItems": 1,
+    "items": {"type": "integer", "minimum": 0, "description": "below the model's vocabulary size"}}
 
 
 SCHEMAS: dict[str, Any] = {

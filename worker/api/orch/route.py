@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.errors import RETRY_AFTER_S, classify
+from worker.api.errors import RETRY_AFTER_S, queue_full
 from worker.api.generation import engine_requests, generating
 from worker.api.orch.request import ExecuteRequest, parse_execute
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
@@ -34,7 +34,7 @@ async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     if worker.phase is Phase.READY:
         return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker),
-                                  "exactness": worker.engine.exactness.as_dict()})
+                                  "exactness": worker.require_engine().exactness.as_dict()})
     return web.json_response({"status": worker.phase.value}, status=503)
 
 
@@ -96,8 +96,8 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
                 if isinstance(event, TokenEvent):
                     await sse.send(stream, {"type": "token", "t": event.text, "i": index})
                     index += 1
-            for event in _end_events(handle.finished, vram_bytes(worker)):
-                await sse.send(stream, event)
+            for end in _end_events(handle.ended, vram_bytes(worker)):
+                await sse.send(stream, end)
             await stream.write(sse.DONE)
             return stream
         finally:
@@ -118,7 +118,7 @@ async def execute(request: web.Request) -> web.StreamResponse:
     except QueueFull as exc:
         # Refused before the stream opened; the contract's clients read events, so say it as one.
         stream = await sse.open_stream(request, status=503, headers={"Retry-After": RETRY_AFTER_S})
-        await sse.send(stream, {"type": "error", "code": "INFERENCE_FAILED", "message": classify(exc).message})
+        await sse.send(stream, {"type": "error", "code": "INFERENCE_FAILED", "message": queue_full(exc).message})
         await stream.write(sse.DONE)
         return stream
 

@@ -78,6 +78,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
                        for p in refused.problems]
         chat = None
     r.done()
+    assert chat is not None  # else r.done() raised, with the chat's problems
     echoed = {"instructions": instructions, "previous_response_id": body.get("previous_response_id"),
               "metadata": metadata or {}, "max_output_tokens": body.get("max_output_tokens"),
               "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto",

@@ -81,7 +81,7 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, r
                 {"type": "response.in_progress", "response": response}])
     items = OutputItems()
     reasoning_tokens = await feed(handle, answer, items, send, "reasoning")
-    finished = handle.finished
+    finished = handle.ended
     if finished.reason not in ENDED:
         error = _failure(finished)[1]["error"]
         await send([{"type": "response.failed", "response": {
@@ -115,7 +115,7 @@ async def create(request: web.Request) -> web.StreamResponse:
             return await _stream(request, handle, answer, response, parsed)
         items = OutputItems()
         reasoning_tokens = await feed(handle, answer, items, unsent, "reasoning")
-        finished = handle.finished
+        finished = handle.ended
         if finished.reason not in ENDED:
             status, body = _failure(finished)
             return web.json_response(body, status=status)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
 
 import click
 import structlog
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar  # what click.progressbar returns
 
 log = structlog.get_logger(__name__)
 
@@ -17,7 +21,7 @@ class ProgressReport:
 
     def __init__(self, bar: bool | None = None) -> None:
         self.bar_enabled = sys.stderr.isatty() if bar is None else bar
-        self._bar = None
+        self._bar: ProgressBar[int] | None = None
         self._stage: str | None = None
         self._logged_tenth = -1
 

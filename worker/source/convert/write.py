@@ -81,10 +81,15 @@ def _loader(info: TensorInfo, transforms: list[Transform], ctx: Context) -> Call
     return load
 
 
+def _held(data: np.ndarray) -> Callable[[], np.ndarray]:
+    """A loader of data already in memory."""
+    return lambda: data
+
+
 def plan_tensors(folder: HfFolder, arch: Architecture, ctx: Context, wanted: gguf.GGMLQuantizationType,
                  extra: list[tuple[str, np.ndarray]]) -> list[PlannedTensor]:
     names = gguf.get_tensor_name_map(arch.gguf_arch, ctx.config["num_hidden_layers"])
-    planned = [PlannedTensor(name, data.shape, F32, lambda data=data: data) for name, data in extra]
+    planned = [PlannedTensor(name, data.shape, F32, _held(data)) for name, data in extra]
     for hf, info in sorted(folder.tensors.items()):
         name = _hf_name(hf)
         if name is None or name in arch.skip:
