@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Chat workloads users produce, side by side: llm-worker (each --prefix-cache mode) vs llama-server vs llama_cpp.server.
+"""Chat workloads users produce, side by side: llm-worker (each --prefix-cache mode) vs llama-server vs
+llama_cpp.server.
 
 multi-turn:  C conversations at once, T turns each; every turn resends the system prompt and the whole
              history (the server's own earlier answers), streamed; A generated tokens per answer.
@@ -53,8 +54,8 @@ QUESTIONS = [
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
 # Exact mode held to llama-cpp-python's own library (LLAMA_CPP_LIB_PATH), where the worker would load the
-# no-llamafile build (worker/engine/exactness/build_choice.py: F16/BF16/F32 weights, or attention without flash attention): what
-# that choice buys. For other weights it is the default row again.
+# no-llamafile build (worker/engine/exactness/build_choice.py: F16/BF16/F32 weights, or attention without flash
+# attention): what that choice buys. For other weights it is the default row again.
 DEFAULT_BUILD = "llm-worker exact on the default build"
 # (label, server, extra llm-worker flags)
 VARIANTS = [
@@ -158,7 +159,8 @@ async def warm_up(url: str) -> None:
         await chat_turn(session, url, [{"role": "user", "content": "Hello"}], 4, {}, Turn(-1, 0))
 
 
-def bench_variant(label: str, server: str, cfg: BenchConfig, args: argparse.Namespace, no_eos: dict[str, float]) -> VariantResult:
+def bench_variant(label: str, server: str, cfg: BenchConfig, args: argparse.Namespace,
+                  no_eos: dict[str, float]) -> VariantResult:
     print(f"== {label}", file=sys.stderr)
     result = VariantResult(label)
     with running_server(server, cfg) as (url, _proc, _sampler, _startup_s, argv):
@@ -224,7 +226,8 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
             if label.startswith("llm-worker"):
                 ratios = [row[k] / peer[k] if peer[k] else float("nan")
                           for k in ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")]
-                lines.append(f"| {label.removeprefix('llm-worker ')} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+                lines.append(f"| {label.removeprefix('llm-worker ')} | "
+                             + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -6,12 +6,12 @@ bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 de
 in a fresh process per configuration, since ggml reads its settings once per process:
   llama.cpp default       flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
   exact, default build    exact mode's choices on llama-cpp-python's own library: flash attention pinned (K cells
-                          q8_0, V f16) and exactness/ggml_switches.py's ggml settings for the type (GGML_CPU_TILED_MM=0, Q4_K
-                          unrepacked)
+                          q8_0, V f16) and exactness/ggml_switches.py's ggml settings for the type
+                          (GGML_CPU_TILED_MM=0, Q4_K unrepacked)
   exact, no-llamafile     the same on the build without llamafile that `make install` links
                           (worker/engine/exactness/build_choice.py)
-Each exact column also says whether the load-time check (worker/engine/exactness/load_check.py) lets exact mode reuse answers
-there, and the last one which build the worker loads for the type (exactness/build_choice.py's rule).
+Each exact column also says whether the load-time check (worker/engine/exactness/load_check.py) lets exact mode
+reuse answers there, and the last one which build the worker loads for the type (exactness/build_choice.py's rule).
 Run: .venv/bin/python bench/run.py weights [--types q4_0,q4_1,...] [--publish]
 (bench/WEIGHTS.md; docs/cache-and-exactness.md, "Per weight type")
 """
@@ -48,7 +48,8 @@ def requantized(model: Path, qtype: str, folder: Path) -> Path:
 
 
 def exact_settings(path: Path) -> dict[str, str]:
-    """The ggml environment and repacking exact mode chooses for this file (worker/engine/exactness/ggml_switches.py)."""
+    """The ggml environment and repacking exact mode chooses for this file
+    (worker/engine/exactness/ggml_switches.py)."""
     from worker.engine.exactness.ggml_switches import TILED_MM_ENV, choose_kernels
 
     kernels = choose_kernels(path, row_invariant=True)

@@ -1,8 +1,10 @@
-"""Probe: on which probe shapes do one-token decode cells give a cold prefill's logits? (worker/engine/exactness/load_check.py)
+"""Probe: on which probe shapes do one-token decode cells give a cold prefill's logits?
+(worker/engine/exactness/load_check.py)
 
 For each (prompt, kept, decoded): prefill `prompt` tokens as one chunk, then make its cells from `kept` on again,
 `decoded` of them one token at a time and the rest as one chunk, and compare the last logits bitwise. One shape
-that agrees proves little: exactness/load_check.py checks several. Run (LLAMA_CPP_LIB_PATH=<a build's bin> for another build):
+that agrees proves little: exactness/load_check.py checks several. Run (LLAMA_CPP_LIB_PATH=<a build's bin> for
+another build):
   .venv/bin/python bench/probes/decodeshapes.py MODEL.gguf
 """
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """Probe: the most prompt lookup can gain on bench/speculative.py's prompts, with drafts chosen by an oracle.
 
 Each prompt is answered greedily (up to 200 tokens), one token at a time. Then an oracle replays the answer: at
-every step it knows how many tokens of the prompt-lookup proposal (worker/engine/speculative/prompt_lookup.py, up to --draft-max) the
-model would accept, and drafts the count that gives the most tokens per second under a pass-cost table (a step of
-1 + d rows costs COSTS at 1 + d rows, interpolated as the worker's PassCosts does). The ratio of the answer's
-one-token-a-step time to the oracle's is the ceiling of any drafting rule on this machine: a real rule guesses the
-acceptance before the step. Steps where the lookup finds no match at all are counted: those run one row whatever
-the rule. COSTS: bench/probes/verifycost.py's table (test model, 2 cores), and the costs the worker measured
-while serving the copying answers (rows far into a longer context cost more).
+every step it knows how many tokens of the prompt-lookup proposal (worker/engine/speculative/prompt_lookup.py, up
+to --draft-max) the model would accept, and drafts the count that gives the most tokens per second under a
+pass-cost table (a step of 1 + d rows costs COSTS at 1 + d rows, interpolated as the worker's PassCosts does). The
+ratio of the answer's one-token-a-step time to the oracle's is the ceiling of any drafting rule on this machine: a
+real rule guesses the acceptance before the step. Steps where the lookup finds no match at all are counted: those
+run one row whatever the rule. COSTS: bench/probes/verifycost.py's table (test model, 2 cores), and the costs the
+worker measured while serving the copying answers (rows far into a longer context cost more).
 Run: .venv/bin/python bench/probes/draftbound.py
 """
 
