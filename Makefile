@@ -36,4 +36,4 @@ test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 test-builds: install
-	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py
+	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py
