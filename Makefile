@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
+#   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after make test
@@ -9,7 +10,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-slow test-builds install
+.PHONY: serve test test-unit test-slow test-builds install
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -32,8 +33,11 @@ serve: install
 test: install
 	$(BIN)/python -m pytest -q
 
+test-unit: $(BIN)/llm-worker
+	$(BIN)/python -m pytest -q tests/unit
+
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 test-builds: install
-	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py
+	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py

@@ -1,6 +1,5 @@
 """The command line: version, help (a line a command, serve's options in sections), env vars, startup failures."""
 
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -50,25 +49,6 @@ def test_serve_help_groups_its_options_in_the_order_a_user_needs_them():
     sections = {param.name: param.section for param in serve.params if param.name != "help"}
     assert set(sections.values()) == set(SERVE_SECTIONS)
     assert sections["model"] == "Model" and sections["backend"] == "Backend" and sections["worker_id"] == "Pool manager"
-
-
-def test_the_configuration_page_documents_every_serve_flag_in_the_same_sections():
-    from worker.cli import SERVE_SECTIONS, serve
-
-    page = (REPO / "docs" / "configuration.md").read_text()
-    assert re.findall(r"^### (.+)$", page, re.MULTILINE) == list(SERVE_SECTIONS)
-    undocumented = [param.opts[0] for param in serve.params if param.name != "help" and f"`{param.opts[0]}" not in page]
-    assert not undocumented, f"docs/configuration.md lacks {undocumented}"
-
-
-@pytest.mark.parametrize("args,ubatch", [((), 256), (("--backend", "cuda"), 512), (("-ub", "128"), 128)])
-def test_the_micro_batch_defaults_to_256_on_cpu(args, ubatch):
-    """The cpu backend's compute buffer is in RAM and grows with -ub; a GPU keeps llama.cpp's 512."""
-    from worker.cli import serve
-    from worker.settings import settings_from_flags
-
-    flags = serve.make_context("serve", list(args)).params
-    assert settings_from_flags(flags).engine.ubatch_size == ubatch
 
 
 def one_line_failure(result: subprocess.CompletedProcess) -> str:

@@ -1,7 +1,8 @@
 """SafeTensors -> GGUF against llama.cpp's own F16 of the test model (see tests/fixtures/make_hf_folder.py).
 
 A Q4 model and its F16 dequantization do not give the same greedy text, so the converted
-model is never compared with the Q4 original: only with llama.cpp's dequantization of it.
+model is never compared with the Q4 original: only with llama.cpp's dequantization of it
+(served, in tests/e2e/test_convert.py).
 """
 
 from __future__ import annotations
@@ -14,15 +15,9 @@ import pytest
 from gguf import GGUFReader
 from gguf.quants import dequantize
 
-from tests.conftest import start_worker
-from tests.convert_helpers import mismatches, oracle, post
+from tests.convert_helpers import hf, mismatches  # noqa: F401 (a fixture)
 from worker.source.convert import Conversion, converted_model
 from worker.source.convert.write import convert_folder
-
-
-@pytest.fixture(scope="module")
-def hf(model_path: Path):
-    return oracle(model_path)
 
 
 @pytest.fixture(scope="module")
@@ -106,34 +101,3 @@ def test_tokenizer_gives_the_original_ids(hf, model_path, converted_f16):
     original = _tokenize(model_path, TOKENIZER_TEXT)
     assert _tokenize(converted_f16, TOKENIZER_TEXT) == original
     assert 1 in original and 2 in original  # the chat template's specials are single control tokens
-
-
-PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
-           "List three colors:"]
-
-
-def _greedy(url: str) -> list[str]:
-    """64 greedy tokens for each prompt on both routes, one request at a time: what conversion must keep is the
-    weights, whatever runs beside a request (that F16 rows ignore their batch, on the no-llamafile build exact
-    mode loads for them, is tests/test_no_llamafile.py's)."""
-    body = {"max_tokens": 64, "temperature": 0}
-    calls = [(url + "/v1/completions", {**body, "prompt": p}) for p in PROMPTS]
-    calls += [(url + "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": p}]}) for p in PROMPTS]
-    answers = [post(*call) for call in calls]
-    return [a["choices"][0].get("text") or a["choices"][0]["message"]["content"] for a in answers]
-
-
-def test_served_folder_answers_as_llama_cpp_f16(hf, tmp_path):
-    args = ("--parallel", "8", "--ctx-size", "2048")
-    reference = start_worker(tmp_path, "--model", str(hf.reference_f16), *args)
-    try:
-        expected = _greedy(reference.url)
-    finally:
-        assert reference.stop() == 0
-    served = start_worker(tmp_path, "--model", str(hf.f32), *args, env={"LLM_WORKER_CACHE": str(tmp_path / "cache")})
-    try:
-        assert _greedy(served.url) == expected
-        assert '"convert_done"' in served.log()
-    finally:
-        assert served.stop() == 0
-    assert all(len(text) > 20 for text in expected)

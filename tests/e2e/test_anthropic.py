@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import start_worker, template_worker
-from tests.test_tools import HERMES_TEMPLATE, SCHEMAS, TOOLS
+from tests.tools_helpers import HERMES_TEMPLATE, SCHEMAS, TOOLS
 from tests.helpers import completion_text, openai_once
 
 MODEL = "smollm2-135m-instruct"

@@ -1,52 +1,11 @@
-"""Build variants: CMakePresets.json reaches CMAKE_ARGS intact; `backends` describes this CPU build."""
+"""Build variants: `build-backend` hands each preset's flags to pip; `backends` describes this CPU build."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
-from tests.conftest import REPO
-from tests.test_cli import one_line_failure, run_cli
-from worker.errors import WorkerError
-from worker.presets import load_presets, variant
-
-# What each preset must hand to CMake, inheritance resolved, in order.
-EXPECTED_CMAKE_ARGS = {
-    "cpu": ["-DGGML_NATIVE=OFF"],
-    "cpu-native": ["-DGGML_NATIVE=ON"],
-    "openblas": ["-DGGML_NATIVE=OFF", "-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"],
-    "cuda": ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON"],
-    "metal": ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
-    "vulkan": ["-DGGML_NATIVE=OFF", "-DGGML_VULKAN=ON"],
-    "rpc": ["-DGGML_RPC=ON"],
-    "no-llamafile": ["-DGGML_LLAMAFILE=OFF"],
-}
-
-
-def test_presets_file_declares_every_variant_with_its_flags():
-    presets = load_presets()
-    assert {name: p.cmake_args() for name, p in presets.items()} == EXPECTED_CMAKE_ARGS
-    assert all(p.description for p in presets.values())
-
-
-def test_the_package_ships_the_same_presets_file():
-    assert (REPO / "worker" / "CMakePresets.json").read_text() == (REPO / "CMakePresets.json").read_text()
-
-
-@pytest.mark.parametrize("names,expected", [
-    (["cuda", "rpc"], ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON", "-DGGML_RPC=ON"]),
-    (["cpu-native", "rpc"], ["-DGGML_NATIVE=ON", "-DGGML_RPC=ON"]),
-    (["cpu", "cpu-native"], ["-DGGML_NATIVE=ON"]),  # a later preset wins
-    (["cpu-native", "no-llamafile"], ["-DGGML_NATIVE=ON", "-DGGML_LLAMAFILE=OFF"]),
-])
-def test_presets_combine_left_to_right(names, expected):
-    assert variant(names).cmake_args() == expected
-
-
-def test_unknown_preset_names_the_ones_there_are():
-    with pytest.raises(WorkerError, match="unknown build preset 'rocm'; CMakePresets.json has: cpu, cpu-native"):
-        variant(["rocm"])
+from tests.e2e.test_cli import one_line_failure, run_cli
+from tests.helpers import EXPECTED_CMAKE_ARGS
 
 
 @pytest.mark.parametrize("preset", sorted(EXPECTED_CMAKE_ARGS))
@@ -69,16 +28,6 @@ def test_build_backend_appends_the_users_cmake_args():
 def test_build_backend_refuses_an_unknown_preset():
     line = one_line_failure(run_cli("build-backend", "rocm"))
     assert "unknown build preset 'rocm'" in line and "cuda" in line
-
-
-def test_presets_reader_runs_without_the_worker_installed():
-    """The shell scripts call it with a bare python3 and PYTHONPATH=repo: standard library only."""
-    result = subprocess.run([sys.executable, "-S", "-m", "worker.presets", "--apt", "run", "openblas"],
-                            capture_output=True, text=True, cwd=REPO, check=True)
-    assert result.stdout.split() == ["libgomp1", "libopenblas0-pthread"]
-    flags = subprocess.run([sys.executable, "-S", "-m", "worker.presets", "cpu", "rpc"],
-                           capture_output=True, text=True, cwd=REPO, check=True)
-    assert flags.stdout.strip() == "-DGGML_NATIVE=OFF -DGGML_RPC=ON"
 
 
 def test_backends_describes_this_cpu_build():

@@ -8,7 +8,8 @@ import jsonschema
 import openai
 import pytest
 
-from tests.test_tools import SCHEMAS, WEATHER, hermes_worker  # noqa: F401 (a fixture)
+from tests.e2e.test_tools import hermes_worker  # noqa: F401 (a fixture)
+from tests.tools_helpers import SCHEMAS, WEATHER
 
 MODEL = "smollm2-135m-instruct"
 GREEDY = {"temperature": 0}

@@ -1,7 +1,7 @@
 """Reasoning budgets: the end-of-thinking marker written once a thinking model's reasoning has spent its tokens.
 
 The test model does not think on its own, so it is served with a template that opens <think> in the prompt (as
-tests/test_reasoning.py does): asked for a story, it writes one inside the reasoning and never closes it.
+tests/e2e/test_reasoning.py does): asked for a story, it writes one inside the reasoning and never closes it.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import openai
 import pytest
 
 from tests.conftest import template_worker
-from tests.test_reasoning import THINKING_TEMPLATE
+from tests.e2e.test_reasoning import THINKING_TEMPLATE
 
 DEFAULT_BUDGET = 24  # the models.toml entry's
 STORY = [{"role": "user", "content": "Write a long story about a dragon who learns to bake bread."}]

@@ -1,13 +1,13 @@
 """F16 weights on the default install: exact mode loads the no-llamafile build (worker/engine/exactness/build_choice.py), so the
 load-time check finds rows independent of their batch and an answer's one-token-at-a-time cells bitwise what a
 prefill makes. Conversations side by side equal `off` one by one, and each turn starts past the previous answer.
-`make install` builds that library (Makefile); tests/test_exactness_rules.py holds the choice per weight type."""
+`make install` builds that library (Makefile); tests/model/test_exactness_rules.py holds the choice per weight type."""
 
 from __future__ import annotations
 
 import json
 
-from tests.test_prefix_cache import conversations_beside_off
+from tests.e2e.test_prefix_cache import conversations_beside_off
 
 
 def loaded(log: str) -> dict:

@@ -1,4 +1,4 @@
-"""Life under a pool manager: ready callback, heartbeat, auth, progress, drain, timeouts, OpenAPI."""
+"""Life under a pool manager: ready callback, heartbeat, auth, progress, drain, timeouts."""
 
 import asyncio
 import json
@@ -333,15 +333,3 @@ async def test_a_stalled_reader_does_not_stall_others(worker, http):
         assert b'"finish_reason":"length"' in received and b"data: [DONE]" in received
     finally:
         stalled.close()
-
-
-async def test_openapi_document_matches_the_routes():
-    from worker.api import WorkerState, build_app
-    from worker.api.openapi import document
-    from worker.settings import Settings
-
-    app = build_app(WorkerState(Settings(model=None, model_ref=None, worker_id="w"), model_id="m"))
-    served = {(route.method.lower(), route.resource.canonical) for route in app.router.routes()
-              if route.method != "HEAD"}
-    documented = {(method, path) for path, item in document()["paths"].items() for method in item}
-    assert served == documented
