@@ -2,6 +2,7 @@
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
 #   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
+#   make lint    ruff and mypy (their rules: pyproject.toml); make test runs it first
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after make test
@@ -10,7 +11,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-unit test-slow test-builds install
+.PHONY: serve test test-unit test-slow test-builds install lint
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -30,7 +31,11 @@ install: $(BIN)/llm-worker $(NO_LLAMAFILE)/libllama.so
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)
 
-test: install
+lint: $(BIN)/llm-worker
+	$(BIN)/ruff check worker tests bench
+	$(BIN)/mypy
+
+test: install lint
 	$(BIN)/python -m pytest -q
 
 test-unit: $(BIN)/llm-worker

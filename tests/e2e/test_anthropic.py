@@ -9,8 +9,8 @@ import openai
 import pytest
 
 from tests.conftest import start_worker, template_worker
-from tests.tools_helpers import HERMES_TEMPLATE, SCHEMAS, TOOLS
 from tests.helpers import completion_text, openai_once
+from tests.tools_helpers import HERMES_TEMPLATE, SCHEMAS, TOOLS
 
 MODEL = "smollm2-135m-instruct"
 # The SDK has no sampling arguments any more (current Claude models take none); clients send them as extra fields.
@@ -124,7 +124,8 @@ async def test_bad_input_lists_every_problem_in_anthropics_shape(http, base_url)
         answer = await response.json()
     assert answer["type"] == "error" and answer["error"]["type"] == "invalid_request_error"
     message = answer["error"]["message"]
-    for expected in ["tools[0].input_schema: input_schema is required", "tools[1].type: 'web_search_20250305' tools are not supported",
+    for expected in ["tools[0].input_schema: input_schema is required",
+                     "tools[1].type: 'web_search_20250305' tools are not supported",
                      "tool_choice.name: tool_choice names 'nope'", "thinking:", "output_config.format:",
                      "system[0]: image blocks: images are not supported yet", "system[1]: a content block must be",
                      "metadata must", "messages[0].role:", "messages[1].content[1].tool_use_id: a tool_result block",

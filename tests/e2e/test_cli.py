@@ -88,7 +88,8 @@ def test_env_vars_configure_serve(tmp_path, model_path):
     worker = start_worker(tmp_path, env={"LLM_WORKER_MODEL": str(model_path), "LLM_WORKER_PARALLEL": "1",
                                          "LLM_WORKER_CTX_SIZE": "1024", "LLM_WORKER_MODEL_REF": "ref-1"})
     try:
-        import urllib.request, json
+        import json
+        import urllib.request
         ready = json.load(urllib.request.urlopen(worker.url + "/v1/ready"))
         assert ready["slots"] == 1
         models = json.load(urllib.request.urlopen(worker.url + "/v1/models"))

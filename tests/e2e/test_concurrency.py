@@ -12,7 +12,8 @@ async def test_fifty_streams_dropped_midway_leave_nothing_behind(http, base_url)
 
     async def open_and_drop(i: int) -> None:
         route, body = (("/execute", {"job_id": f"storm-{i}", "prompt": "Tell me a story", "max_tokens": 500})
-                       if i % 2 else ("/v1/completions", {"prompt": "Tell me a story", "max_tokens": 500, "stream": True}))
+                       if i % 2 else
+                       ("/v1/completions", {"prompt": "Tell me a story", "max_tokens": 500, "stream": True}))
         response = await http.post(base_url + route, json=body)
         for _ in range(rng.randint(1, 4)):
             await response.content.readline()

@@ -6,7 +6,6 @@ from __future__ import annotations
 from tests.conftest import start_worker
 from tests.convert_helpers import hf, post  # noqa: F401 (a fixture)
 
-
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "List three colors:"]
 

@@ -45,13 +45,15 @@ async def test_openai_lists_every_problem(http, base_url):
     ({"messages": HI, "temperature": 1e309}, "body"),  # JSON overflow to infinity: rejected by the parser
     ({"messages": HI, "max_tokens": 10**30}, "max_tokens"),
     ({"messages": HI, "presence_penalty": -3}, "presence_penalty"),
-    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]}, "messages[0].content"),
+    ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
+     "messages[0].content"),
     ({"messages": [{"content": "no role"}]}, "messages[0].role"),
     ({"messages": [{"role": "", "content": "Hi"}]}, "messages[0].role"),  # once ran to the end of the context
     ({"messages": [{"role": "User", "content": "Hi"}]}, "messages[0].role"),
     ({"messages": ["Hi"]}, "messages[0]"),
     ({"messages": HI, "stream_options": {"include_usage": {}}}, "stream_options.include_usage"),
-    ({"messages": HI, "logit_bias": {"\u00b2": 1}}, "logit_bias.\u00b2"),  # a digit to isdigit(), not to int(): was a 500
+    # a digit to isdigit(), not to int(): was a 500
+    ({"messages": HI, "logit_bias": {"\u00b2": 1}}, "logit_bias.\u00b2"),
     ({"messages": HI, "stream_options": []}, "stream_options"),
     ({"messages": HI, "top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
 ])

@@ -24,7 +24,8 @@ async def test_greedy_is_deterministic_over_128_tokens(http, base_url):
 async def test_greedy_alone_equals_greedy_beside_three_others(http, base_url):
     prompts = ["The history of Rome", "def fibonacci(n):", "Recipe for pancakes:", "Dear diary, today"]
     alone = [completion_text(await complete(http, base_url, prompt=p, max_tokens=64, temperature=0)) for p in prompts]
-    together = await asyncio.gather(*(complete(http, base_url, prompt=p, max_tokens=64, temperature=0) for p in prompts))
+    together = await asyncio.gather(*(complete(http, base_url, prompt=p, max_tokens=64, temperature=0)
+                                      for p in prompts))
     assert [completion_text(t) for t in together] == alone
 
 
@@ -95,7 +96,8 @@ async def test_logit_bias_forces_a_token_and_bans_one(http, base_url, model_path
 
 async def test_eos_ends_a_chat_before_max_tokens(http, base_url):
     body = await openai_once(http, base_url + "/v1/chat/completions",
-                             {"messages": [{"role": "user", "content": "Say hello."}], "temperature": 0, "max_tokens": 200})
+                             {"messages": [{"role": "user", "content": "Say hello."}], "temperature": 0,
+                              "max_tokens": 200})
     assert body["choices"][0]["finish_reason"] == "stop" and body["usage"]["completion_tokens"] < 200
     assert "<|im_end|>" not in body["choices"][0]["message"]["content"]
 
@@ -152,7 +154,8 @@ async def test_prompt_over_the_context_is_refused_not_truncated(http, base_url):
         assert response.status == 400
         error = (await response.json())["error"]
     assert error["code"] == "context_length_exceeded" and "2048" in error["message"]
-    async with http.post(base_url + "/v1/completions", json={"prompt": "hello " * 1000, "max_tokens": 1500}) as response:
+    long_prompt = {"prompt": "hello " * 1000, "max_tokens": 1500}
+    async with http.post(base_url + "/v1/completions", json=long_prompt) as response:
         assert response.status == 400
         assert (await response.json())["error"]["code"] == "context_length_exceeded"
 

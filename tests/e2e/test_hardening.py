@@ -95,8 +95,9 @@ async def test_disconnect_storm_of_200_streams(http, base_url):
 
     async def open_and_drop(i: int) -> None:
         route, body = (("/execute", {"job_id": f"s{i}", "prompt": "Write a poem", "max_tokens": 300})
-                       if i % 2 else ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Write a poem"}],
-                                                               "max_tokens": 300, "stream": True}))
+                       if i % 2 else
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Write a poem"}],
+                                                 "max_tokens": 300, "stream": True}))
         await asyncio.sleep(rng.random() * 2)
         response = await http.post(base_url + route, json=body)
         for _ in range(rng.randint(0, 6)):

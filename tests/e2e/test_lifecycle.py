@@ -1,6 +1,7 @@
 """Life under a pool manager: ready callback, heartbeat, auth, progress, drain, timeouts."""
 
 import asyncio
+import itertools
 import json
 import signal
 import socket
@@ -182,7 +183,7 @@ async def test_health_is_503_loading_and_progress_streams_while_loading(tmp_path
         assert stages == sorted(stages, key=["download", "convert", "quantize", "load", "warmup"].index)
         # Joined while loading: it saw work in progress, not only the end, and counts never go back.
         assert len(progress) > 1 and any(e["done"] < e["total"] for e in progress), progress
-        for earlier, later in zip(progress, progress[1:]):
+        for earlier, later in itertools.pairwise(progress):
             assert earlier["stage"] != later["stage"] or earlier["done"] < later["done"], progress
         await asyncio.to_thread(wait_healthy, worker)
     finally:

@@ -1,7 +1,8 @@
-"""F16 weights on the default install: exact mode loads the no-llamafile build (worker/engine/exactness/build_choice.py), so the
-load-time check finds rows independent of their batch and an answer's one-token-at-a-time cells bitwise what a
-prefill makes. Conversations side by side equal `off` one by one, and each turn starts past the previous answer.
-`make install` builds that library (Makefile); tests/model/test_exactness_rules.py holds the choice per weight type."""
+"""F16 weights on the default install: exact mode loads the no-llamafile build
+(worker/engine/exactness/build_choice.py), so the load-time check finds rows independent of their batch and an
+answer's one-token-at-a-time cells bitwise what a prefill makes. Conversations side by side equal `off` one by one,
+and each turn starts past the previous answer. `make install` builds that library (Makefile);
+tests/model/test_exactness_rules.py holds the choice per weight type."""
 
 from __future__ import annotations
 

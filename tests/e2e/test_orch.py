@@ -125,7 +125,8 @@ async def test_execute_limits_and_unknown_fields(http, base_url):
 
 
 async def test_execute_context_exceeded(http, base_url):
-    async with http.post(base_url + "/execute", json={"job_id": "long", "prompt": "hello " * 2000, "max_tokens": 100}) as r:
+    job = {"job_id": "long", "prompt": "hello " * 2000, "max_tokens": 100}
+    async with http.post(base_url + "/execute", json=job) as r:
         assert r.status == 400
         error = (await r.json())["errors"][0]
     assert error["code"] == "context_length_exceeded" and error["field"] == "prompt"

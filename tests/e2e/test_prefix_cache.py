@@ -8,6 +8,7 @@ boundaries and batching beside other requests all come into play.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +21,8 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.convert_helpers import oracle
 from tests.fixtures.tiny_models import make_tiny
 from tests.helpers import completion_text, execute, openai_once, openai_stream
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 from worker.engine.cache.prefix_cache import ALIGN
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 
@@ -85,8 +86,8 @@ async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url
 async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_whole_prefilled_blocks_only(
         http, tmp_path):
     """--flash-attn off with the default build forced (LLAMA_CPP_LIB_PATH; exact mode would load the no-llamafile
-    one, exactness/build_choice.py): llamafile's GEMM makes prefill and one-row decode differ, the check says so, and exact mode
-    falls back to its block rule: whole ALIGN blocks made by prefill, and the same text as `off`."""
+    one, exactness/build_choice.py): llamafile's GEMM makes prefill and one-row decode differ, the check says so,
+    and exact mode falls back to its block rule: whole ALIGN blocks made by prefill, and the same text as `off`."""
     flags = ("--parallel", "2", "--ctx-size", "4096", "--flash-attn", "off")
     env = {LIB_PATH_ENV: str(default_dir())}
     exact = start_worker(tmp_path, *flags, env=env)
@@ -136,8 +137,9 @@ async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, 
 
 
 async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
-    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked (exactness/ggml_switches.py), so the
-    conversations, side by side, still equal `off` one by one, and each turn starts past the previous answer."""
+    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked
+    (exactness/ggml_switches.py), so the conversations, side by side, still equal `off` one by one, and each turn
+    starts past the previous answer."""
     exactness = (await conversations_beside_off(http, tmp_path, quantized("q4_k_m"))).exactness
     assert exactness | {"tiled_mm": False, "repack": False, "answers_reused": True} == exactness, exactness
 
@@ -252,7 +254,7 @@ async def test_conversations_outnumbering_slots_come_back_from_host_memory(http,
     assert answers == cold
     for usage in usages:  # the system prompt alone is ~90 tokens; each turn's prompt holds the one before
         assert all(later["prompt_tokens_details"]["cached_tokens"] >= earlier["prompt_tokens"]
-                   for earlier, later in zip(usage, usage[1:])), usage
+                   for earlier, later in itertools.pairwise(usage)), usage
 
 
 async def test_cancelled_request_leaves_nothing_wrongly_reused(http, base_url, worker_off):
@@ -327,7 +329,7 @@ async def test_fast_mode_reuses_generated_cells(http, model_path, tmp_path):
     finally:
         assert fast.stop() == 0
     # fast reuses everything it holds: the whole previous prompt and answer, not whole chunks only.
-    for previous, turn in zip(turns, turns[1:]):
+    for previous, turn in itertools.pairwise(turns):
         assert turn["usage"]["prompt_tokens_details"]["cached_tokens"] >= previous["usage"]["prompt_tokens"]
 
 

@@ -54,7 +54,7 @@ def test_text_is_the_chat_routes_whole_and_streamed(base_url):
                           f"response.{whole.status}"]
 
 
-def test_a_function_call_then_its_output_then_the_answer(hermes_worker):  # noqa: F811
+def test_a_function_call_then_its_output_then_the_answer(hermes_worker):
     client = sdk(hermes_worker.url)
     ask = [{"role": "user", "content": "What is the weather in Paris?"}]
     called = client.responses.create(model="hermes", input=ask, tools=TOOLS, tool_choice="required",

@@ -53,7 +53,8 @@ async def test_layers_spread_over_two_rpc_servers_give_the_local_text(http, tmp_
                                                                        rpc_servers):
     env = {"LLAMA_CPP_LIB_PATH": str(rpc_build)}
     common = ("--model", str(model_path), "--parallel", "1", "--ctx-size", "1024", "--threads", "1")
-    # With --rpc exact mode runs without flash attention (exactness/kv_plan.py): the local reference computes the same way.
+    # With --rpc exact mode runs without flash attention (exactness/kv_plan.py): the local reference computes the
+    # same way.
     local = start_worker(tmp_path, *common, "--flash-attn", "off", env=env)
     try:
         expected = await greedy(http, local.url)

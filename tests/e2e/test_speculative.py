@@ -16,13 +16,14 @@ import pytest
 from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
 from tests.conftest import REPO, WorkerProcess, start_worker
-from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
 from tests.e2e.test_prefix_cache import conversations_beside_off
+from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
 
 FLAGS = ("--parallel", "4", "--ctx-size", "8192")
 # Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
 # (more than one 256-token prefill chunk), and open-ended questions, where drafts are mostly rejected.
-SOURCES = ("worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "worker/timefmt.py", "worker/engine/speculative/prompt_lookup.py")
+SOURCES = ("worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "worker/timefmt.py",
+           "worker/engine/speculative/prompt_lookup.py")
 COPYING = [f"Quote the following code exactly:\n\n{(REPO / path).read_text()[:1400]}" for path in SOURCES]
 OPEN_ENDED = ["Write a short story about a lighthouse keeper.", "List ten fruits and one fact about each."]
 GREEDY = {"temperature": 0, "max_tokens": 120}

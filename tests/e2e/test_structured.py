@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Literal, Optional
+from typing import Literal
 
 import jsonschema
 import openai
@@ -189,7 +189,7 @@ class Person(BaseModel):
     age: int
     role: Literal["admin", "user"]
     address: Address
-    nickname: Optional[str] = Field(max_length=12)
+    nickname: str | None = Field(max_length=12)
 
 
 def test_openai_sdk_parse_returns_the_model(base_url):

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from worker.engine.config import EngineConfig
-from worker.engine.exactness.ggml_switches import FASTEST, Kernels, choose_kernels
 from worker.engine.exactness.build_choice import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
-from worker.engine.modes import CacheMode
+from worker.engine.exactness.ggml_switches import FASTEST, Kernels, choose_kernels
 from worker.engine.exactness.tensor_table import weight_product_types
+from worker.engine.modes import CacheMode
 
 EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 import ctypes
 import math
 import random
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import llama_cpp
 import pytest
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 from llama_cpp.llama_grammar import SchemaConverter
 
 from worker.engine.constraints.json_schema import MAX_INT_DIGITS, SchemaProblem, integer_range, schema_grammar

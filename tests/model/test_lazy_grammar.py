@@ -21,8 +21,8 @@ from worker.api.tools.grammar import call_grammar
 from worker.api.tools.request import Function, Tools
 from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.native.model import EngineConfig, LlamaModel
-from worker.engine.requests import GrammarTrigger, SamplingParams
 from worker.engine.output.sampler import Sampler
+from worker.engine.requests import GrammarTrigger, SamplingParams
 
 # The model's first tokens are scripted (their logits raised far above the rest) as if it had written them.
 CHATML_ASK = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
@@ -131,7 +131,7 @@ def test_text_the_grammar_refuses_after_the_trigger_leaves_the_answer_free(llama
     comma before accepting it: no abort (llama.cpp's own lazy grammar aborts the process here), a warning, and
     the answer goes on exactly as without a grammar."""
     [closing] = _tokens(llama, ">,")
-    script = _tokens(llama, "<tool_call") + [closing]
+    script = [*_tokens(llama, "<tool_call"), closing]
     with capture_logs() as logs:
         tokens = _generate(llama, _lazy(llama, HERMES_FORMAT), script)
     assert tokens == _generate(llama, FREE, script)
@@ -147,7 +147,8 @@ def test_a_grammar_no_token_fits_is_dropped(llama):
     with capture_logs() as logs:
         tokens = _generate(llama, params, script)
     assert tokens == _generate(llama, FREE, script)
-    assert [log["why"] for log in logs if log["event"] == "lazy_grammar_dropped"] == ["the grammar allows no token here"]
+    dropped = [log["why"] for log in logs if log["event"] == "lazy_grammar_dropped"]
+    assert dropped == ["the grammar allows no token here"]
 
 
 def test_reasoning_is_not_the_answer(llama):

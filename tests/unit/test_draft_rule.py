@@ -5,13 +5,19 @@ tried again."""
 from __future__ import annotations
 
 from worker.engine.config import EngineConfig
-from worker.engine.speculative.draft_rule import (
-    EXPLORE_EVERY, Acceptance, Candidate, PassCosts, StepYields, micro_batches, plan_drafts,
-)
-from worker.engine.modes import SpecType
-from worker.engine.speculative.prompt_lookup import TokenHistory
-from worker.engine.requests import Request, SamplingParams
 from worker.engine.core.sequence import Sequence
+from worker.engine.modes import SpecType
+from worker.engine.requests import Request, SamplingParams
+from worker.engine.speculative.draft_rule import (
+    EXPLORE_EVERY,
+    Acceptance,
+    Candidate,
+    PassCosts,
+    StepYields,
+    micro_batches,
+    plan_drafts,
+)
+from worker.engine.speculative.prompt_lookup import TokenHistory
 from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 

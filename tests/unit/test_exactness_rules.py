@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine.exactness.kv_plan import Attention, plan_attention
 from worker.engine.config import EngineConfig
-from worker.engine.modes import SpecType
-from worker.engine.modes import CacheMode
+from worker.engine.exactness.kv_plan import Attention, plan_attention
 from worker.engine.exactness.tensor_table import weight_product_types
+from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 
 EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST

@@ -13,7 +13,16 @@ import pytest
 
 from tests.conftest import REPO
 from tests.examples_helpers import (
-    BLOCKS, CURLS, EXAMPLE_HOST, EXAMPLE_PAGES, FENCE, PYTHON_BLOCKS, SHELL_BLOCKS, SHELLS, Block, commands,
+    BLOCKS,
+    CURLS,
+    EXAMPLE_HOST,
+    EXAMPLE_PAGES,
+    FENCE,
+    PYTHON_BLOCKS,
+    SHELL_BLOCKS,
+    SHELLS,
+    Block,
+    commands,
 )
 
 

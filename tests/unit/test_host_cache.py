@@ -17,33 +17,33 @@ def saved(tokens: list[int], mib: int = 1) -> SavedCells:
 
 def test_the_oldest_entries_go_first_past_the_limit():
     cache = HostCache(limit_mib=2)
-    first, second, third = saved(SYSTEM + [1]), saved(SYSTEM + [2]), saved(SYSTEM + [3])
+    first, second, third = saved([*SYSTEM, 1]), saved([*SYSTEM, 2]), saved([*SYSTEM, 3])
     for entry in (first, second, third):
         cache.add(entry)
     assert cache.entries == [second, third] and cache.bytes_held == 2 * MIB
-    cache.add(saved(SYSTEM + [4], mib=3))  # larger than the whole cache: not kept, nothing dropped for it
+    cache.add(saved([*SYSTEM, 4], mib=3))  # larger than the whole cache: not kept, nothing dropped for it
     assert cache.entries == [second, third]
 
 
 def test_out_of_memory_the_cache_holds_less_from_then_on():
     cache = HostCache(limit_mib=8)
-    entries = [saved(SYSTEM + [n]) for n in range(5)]
+    entries = [saved([*SYSTEM, n]) for n in range(5)]
     for entry in entries:
         cache.add(entry)
     cache.shrink()  # 5 MiB held: at most 2 MiB from now on, the newest kept
     assert cache.limit_bytes == 2 * MIB and cache.entries == entries[3:]
-    cache.add(saved(SYSTEM + [9]))
+    cache.add(saved([*SYSTEM, 9]))
     assert len(cache.entries) == 2
 
 
 def test_an_entry_that_begins_a_longer_one_gives_way_to_it():
     cache = HostCache(limit_mib=8)
-    turn = saved(SYSTEM + [1, 2])
+    turn = saved([*SYSTEM, 1, 2])
     cache.add(turn)
-    longer = saved(SYSTEM + [1, 2, 3, 4])
+    longer = saved([*SYSTEM, 1, 2, 3, 4])
     cache.add(longer)
     assert cache.entries == [longer]
-    assert cache.holds(SYSTEM + [1, 2]) and not cache.holds(SYSTEM + [9])
+    assert cache.holds([*SYSTEM, 1, 2]) and not cache.holds([*SYSTEM, 9])
 
 
 def test_a_prompt_continuing_saved_cells_loads_them_into_the_least_recently_used_slot():
@@ -56,10 +56,10 @@ def test_a_prompt_continuing_saved_cells_loads_them_into_the_least_recently_used
         cache.release(slot, tokens, prefilled=len(tokens))
     entry = saved(conversation)
     host.add(entry)
-    next_turn = conversation + [7, 8, 9]
+    next_turn = [*conversation, 7, 8, 9]
     assert cache.choose(next_turn, [0, 1], {}) == Reuse(0, len(conversation), saved=entry)
     # A prompt that shares only the system prompt with it: the slots hold as much, nothing is loaded.
-    assert cache.choose(SYSTEM + [5, 6, 7], [0, 1], {}).saved is None
+    assert cache.choose([*SYSTEM, 5, 6, 7], [0, 1], {}).saved is None
 
 
 def test_a_slot_given_to_another_prompt_saves_the_cells_this_mode_may_reuse():

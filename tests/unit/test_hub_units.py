@@ -28,7 +28,7 @@ def test_hub_names_parse(value, expected):
 
 @pytest.mark.parametrize("value", ["hf:", "hf:owner", "hf:/r", "hf:o/r@", "hf:o/r/a.gguf:b.gguf"])
 def test_bad_hub_names_say_how_to_write_one(value):
-    with pytest.raises(WorkerError, match="write hf:owner/repo, hf:owner/repo/file.gguf or hf:owner/repo@revision"):
+    with pytest.raises(WorkerError, match=r"write hf:owner/repo, hf:owner/repo/file.gguf or hf:owner/repo@revision"):
         parse_hub_ref(value)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.engine.constraints.json_schema import MAX_REPEAT, pattern_problem, schema_grammar, SchemaProblem
+from worker.engine.constraints.json_schema import MAX_REPEAT, SchemaProblem, pattern_problem, schema_grammar
 
 
 @pytest.mark.parametrize("schema,where", [

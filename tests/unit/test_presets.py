@@ -33,7 +33,7 @@ def test_presets_combine_left_to_right(names, expected):
 
 
 def test_unknown_preset_names_the_ones_there_are():
-    with pytest.raises(WorkerError, match="unknown build preset 'rocm'; CMakePresets.json has: cpu, cpu-native"):
+    with pytest.raises(WorkerError, match=r"unknown build preset 'rocm'; CMakePresets.json has: cpu, cpu-native"):
         variant(["rocm"])
 
 

@@ -9,7 +9,7 @@ from worker.source import load_registry, resolve_model
 
 
 def test_unknown_name_lists_the_aliases():
-    with pytest.raises(WorkerError, match="neither a file nor a models.toml alias.*smollm2-135m-instruct"):
+    with pytest.raises(WorkerError, match=r"neither a file nor a models.toml alias.*smollm2-135m-instruct"):
         resolve_model("no-such-model", load_registry())
 
 

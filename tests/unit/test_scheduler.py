@@ -5,11 +5,10 @@ from __future__ import annotations
 from collections import deque
 
 from worker.engine.cache.prefix_cache import ALIGN, PrefixCache, Reuse, align_down
-
-from worker.engine.modes import CacheMode
-from worker.engine.requests import Request
 from worker.engine.core.scheduler import STALL_FACTOR, Pace, Scheduler
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.modes import CacheMode
+from worker.engine.requests import Request
 
 SHARED = list(range(1000, 1600))  # a 600-token system prompt
 
@@ -29,7 +28,7 @@ def scheduler() -> Scheduler:
 
 
 def test_a_burst_with_one_new_prefix_admits_one_and_lets_an_unrelated_request_pass():
-    first, second = sequence(SHARED + [1, 2, 3]), sequence(SHARED + [4, 5, 6])
+    first, second = sequence([*SHARED, 1, 2, 3]), sequence([*SHARED, 4, 5, 6])
     unrelated = sequence(list(range(50, 90)))
     waiting = deque([first, second, unrelated])
     admitted = scheduler().admit(waiting, [0, 1, 2, 3], [])
@@ -38,8 +37,8 @@ def test_a_burst_with_one_new_prefix_admits_one_and_lets_an_unrelated_request_pa
 
 
 def test_a_prefix_still_being_prefilled_is_waited_for_then_copied():
-    holder = running(SHARED + [1, 2, 3], slot=0, n_past=256, state=SequenceState.PREFILLING)
-    follower = sequence(SHARED + [4, 5, 6])
+    holder = running([*SHARED, 1, 2, 3], slot=0, n_past=256, state=SequenceState.PREFILLING)
+    follower = sequence([*SHARED, 4, 5, 6])
     waiting = deque([follower])
     assert scheduler().admit(waiting, [1, 2, 3], [holder]) == []
     holder.n_past, holder.state = len(holder.prompt), SequenceState.DECODING
@@ -49,8 +48,8 @@ def test_a_prefix_still_being_prefilled_is_waited_for_then_copied():
 
 
 def test_a_short_shared_prefix_is_not_worth_a_copy():
-    holder = running(SHARED[:20] + [1, 2, 3], slot=0, n_past=23, state=SequenceState.DECODING)
-    waiting = deque([sequence(SHARED[:20] + [4, 5, 6])])
+    holder = running([*SHARED[:20], 1, 2, 3], slot=0, n_past=23, state=SequenceState.DECODING)
+    waiting = deque([sequence([*SHARED[:20], 4, 5, 6])])
     (admission,) = scheduler().admit(waiting, [1, 2, 3], [holder])
     assert admission.source is None and admission.reuse == 0
 
@@ -113,13 +112,13 @@ def test_a_prompt_sharing_only_a_short_prefix_leaves_another_conversation_in_its
 
 def test_a_free_slots_longer_prefix_is_copied_into_an_empty_slot_rather_than_overwritten():
     cache = cache_holding(SHARED + list(range(3000, 3400)))
-    assert cache.choose(SHARED + [7, 8, 9], [0, 1, 2, 3], {}) == Reuse(1, len(SHARED), source=0)
+    assert cache.choose([*SHARED, 7, 8, 9], [0, 1, 2, 3], {}) == Reuse(1, len(SHARED), source=0)
 
 
 def test_with_no_empty_slot_a_prompt_takes_one_in_place_only_if_it_keeps_more_cells_than_it_drops():
     cache = cache_holding(SHARED[:20] + list(range(3000, 3400)), SHARED + list(range(4000, 4100)))
-    assert cache.choose(SHARED + [7, 8, 9], [0, 1], {}) == Reuse(1, len(SHARED))  # keeps 600, drops 100
-    assert cache.choose(SHARED[:20] + [7, 8, 9], [0, 1], {}) == Reuse(0, 20)  # keeps 20 of 420: LRU, no copy
+    assert cache.choose([*SHARED, 7, 8, 9], [0, 1], {}) == Reuse(1, len(SHARED))  # keeps 600, drops 100
+    assert cache.choose([*SHARED[:20], 7, 8, 9], [0, 1], {}) == Reuse(0, 20)  # keeps 20 of 420: LRU, no copy
     assert cache.choose(list(range(9000, 9200)), [0, 1], {}) == Reuse(0, 0)  # shares nothing: LRU
 
 

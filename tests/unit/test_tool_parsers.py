@@ -37,7 +37,8 @@ CASES = {
     "hermes_one": (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
                    ("", [WEATHER])),
     "hermes_two": (HERMES, '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>\n'
-                           '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET", "exact": true}}\n</tool_call>',
+                           '<tool_call>\n{"name": "get_time", "arguments": {"zone": "CET", "exact": true}}\n'
+                           '</tool_call>',
                    ("", [WEATHER, TIME])),
     "hermes_after_text": (HERMES, 'Let me look that up.\n<tool_call>{"name": "get_weather", "arguments": '
                                   '{"city": "Paris"}}</tool_call>', ("Let me look that up.", [WEATHER])),

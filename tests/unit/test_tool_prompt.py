@@ -23,7 +23,8 @@ def test_the_hermes_template_renders_tools_calls_and_results():
     prompt = ChatTemplate(HERMES_TEMPLATE, "", "").render(messages, tools=[f.as_tool() for f in tools.functions])
     assert json.dumps(tools.functions[0].as_tool()) in prompt
     # the arguments reach the template as an object, as Hugging Face templates expect them
-    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n</tool_call>' in prompt
+    assert ('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}\n'
+            '</tool_call>') in prompt
     assert '<tool_response>\n{"temperature": 21, "sky": "sunny"}\n</tool_response>' in prompt
 
 
