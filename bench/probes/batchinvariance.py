@@ -73,7 +73,8 @@ def quantize(qtype: str, out: Path) -> None:
     params.ftype = getattr(L, f"LLAMA_FTYPE_MOSTLY_{qtype.upper()}")
     params.allow_requantize = True
     part = out.with_suffix(".part")
-    assert L.llama_model_quantize(str(resolve_model(None, load_registry()).path).encode(), str(part).encode(), params) == 0
+    source = resolve_model(None, load_registry()).path
+    assert L.llama_model_quantize(str(source).encode(), str(part).encode(), params) == 0
     part.rename(out)
 
 
@@ -219,8 +220,8 @@ def main() -> None:
         table = {}
         for qtype in types:
             env = {**os.environ, **kernel_env(kernels, qtype, args.patched)}
-            out = subprocess.run([sys.executable, __file__, f"--repeat={args.repeat}", "--child", str(quantized(qtype))],
-                                 env=env, check=True, capture_output=True, text=True).stdout
+            child = [sys.executable, __file__, f"--repeat={args.repeat}", "--child", str(quantized(qtype))]
+            out = subprocess.run(child, env=env, check=True, capture_output=True, text=True).stdout
             table[qtype] = json.loads(out.strip().splitlines()[-1])
         cases = list(next(iter(table.values())))
         print(f"\n{kernels}: max |logit difference| against the same tokens prefilled whole (0: bitwise equal)\n")

@@ -97,8 +97,8 @@ def main() -> None:
                     env = {**os.environ, **kernel_env(kernels.removesuffix("-off"), qtype, args.patched)}
                     if kernels.endswith("-off"):
                         env.pop("GGML_CPU_BATCH_INVARIANT")
-                    out = subprocess.run([sys.executable, __file__, *flags, "--child", str(model), str(prompt)], env=env,
-                                         check=True, capture_output=True, text=True).stdout
+                    child = [sys.executable, __file__, *flags, "--child", str(model), str(prompt)]
+                    out = subprocess.run(child, env=env, check=True, capture_output=True, text=True).stdout
                     runs[kernels].append(json.loads(out.strip().splitlines()[-1]))
             med = {k: {m: statistics.median(r[m] for r in runs[k]) for m in ("prefill", "decode")} for k in sets}
             base = med[sets[0]]
