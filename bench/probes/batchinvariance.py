@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import functools
 import json
 import os
 import subprocess
@@ -78,22 +79,32 @@ def quantize(qtype: str, out: Path) -> None:
     part.rename(out)
 
 
+@functools.cache
+def _quiet():
+    """llama.cpp's log callback that drops its load and context lines (kept alive as long as the process)."""
+    import llama_cpp as L
+
+    return L.llama_log_callback(lambda level, text, data: None)
+
+
+def load_model(path: Path):
+    """The model under this process's environment (REPACK=0: weights as stored), llama.cpp's log silenced."""
+    import llama_cpp as L
+
+    L.llama_log_set(_quiet(), None)
+    L.llama_backend_init()
+    params = L.llama_model_default_params()
+    params.use_extra_bufts = os.environ["REPACK"] == "1"
+    return L.llama_model_load_from_file(str(path).encode(), params)
+
+
 def measure(path: Path, repeat: int = REPEAT) -> dict[str, float]:
     """Every case on one model under this process's environment: {case: max |logit difference|}."""
     import llama_cpp as L
     import numpy as np
 
     cell_types = {"f16": L.GGML_TYPE_F16, "q8_0": L.GGML_TYPE_Q8_0}
-
-    @L.llama_log_callback
-    def quiet(level, text, data):
-        pass
-
-    L.llama_log_set(quiet, None)
-    L.llama_backend_init()
-    params = L.llama_model_default_params()
-    params.use_extra_bufts = os.environ["REPACK"] == "1"
-    model = L.llama_model_load_from_file(str(path).encode(), params)
+    model = load_model(path)
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
 

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from batchinvariance import kernel_env, quantized  # noqa: E402
+from batchinvariance import kernel_env, load_model, quantized  # noqa: E402
 
 UBATCH, DECODE = 512, 64
 
@@ -32,15 +32,7 @@ def measure(path: Path, prompt: int, threads: int, clock) -> dict[str, float]:
     """Prefill tok/s of `prompt` tokens and decode ms a token after them, under this process's environment."""
     import llama_cpp as L
 
-    @L.llama_log_callback
-    def quiet(level, text, data):
-        pass
-
-    L.llama_log_set(quiet, None)
-    L.llama_backend_init()
-    params = L.llama_model_default_params()
-    params.use_extra_bufts = os.environ["REPACK"] == "1"
-    model = L.llama_model_load_from_file(str(path).encode(), params)
+    model = load_model(path)
     cp = L.llama_context_default_params()
     cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = prompt + 2 * DECODE, UBATCH, UBATCH, 1
     cp.n_threads = cp.n_threads_batch = threads
