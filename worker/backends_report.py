@@ -20,7 +20,7 @@ def render(info: BuildInfo) -> str:
     rows = [
         ("llama.cpp", f"llama-cpp-python {info.version}, libraries in {info.library_path}"),
         ("gpu offload", _yes_no(info.gpu_offload, "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
-                                "layers stay on the CPU; rebuild with a GPU preset to offload")),
+                                _why_no_offload(info))),
         ("blas", _yes_no(info.blas, ASSISTING_BACKENDS["blas"], "rebuild with the openblas preset to add it")),
         ("rpc", _yes_no(info.rpc, "serve --rpc host:port[,host:port] spreads layers over ggml-rpc-server hosts",
                         "rebuild with the rpc preset to add it")),
@@ -39,6 +39,16 @@ def render(info: BuildInfo) -> str:
     lines.append(f"cpu features: {info.system_info.removeprefix('CPU : ').rstrip(' |')}")
     lines.append(f"other builds: llm-worker build-backend PRESET... ({', '.join(load_presets())})")
     return "\n".join(lines)
+
+
+def _why_no_offload(info: BuildInfo) -> str:
+    # A GPU build on a machine whose driver is missing or too old lists the backend with no device.
+    if gpu := [b for b in info.servable if b != "cpu"]:
+        software = ("; ggml-vulkan skips a software device (lavapipe) unless GGML_VK_VISIBLE_DEVICES names it"
+                    if "vulkan" in gpu else "")
+        return (f"the build has {', '.join(gpu)} but found no device for it: check the GPU driver "
+                f"(nvidia-smi, vulkaninfo) against the toolkit the build used{software}")
+    return "layers stay on the CPU; rebuild with a GPU preset to offload"
 
 
 def _no_llamafile_installed() -> bool:
