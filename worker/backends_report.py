@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
 from worker.engine.exactness.build_choice import NO_LLAMAFILE_DIR
 from worker.presets import load_presets
 
 GIB = 1024 ** 3
+# libggml-*.so that are not a GPU backend.
+NOT_GPU_LIBRARIES = {"base", "cpu", "blas", "rpc"}
 
 
 def _yes_no(flag: bool, yes: str, no: str) -> str:
@@ -42,8 +45,10 @@ def render(info: BuildInfo) -> str:
 
 
 def _why_no_offload(info: BuildInfo) -> str:
-    # A GPU build on a machine whose driver is missing or too old lists the backend with no device.
-    if gpu := [b for b in info.servable if b != "cpu"]:
+    # A GPU build on a machine whose driver is missing or too old lists the backend with no device; ggml-vulkan
+    # without any Vulkan driver does not even register, but its library is there.
+    built = {path.name.split(".")[0].removeprefix("libggml-") for path in Path(info.library_path).glob("libggml-*.so")}
+    if gpu := sorted({b for b in info.servable if b != "cpu"} | (built - NOT_GPU_LIBRARIES)):
         software = ("; ggml-vulkan skips a software device (lavapipe) unless GGML_VK_VISIBLE_DEVICES names it"
                     if "vulkan" in gpu else "")
         return (f"the build has {', '.join(gpu)} but found no device for it: check the GPU driver "
