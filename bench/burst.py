@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.client import new_session  # noqa: E402
-from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model  # noqa: E402
-from bench.report import environment, machine_line, publish  # noqa: E402
-from bench.servers import running_server  # noqa: E402
+from bench.client import new_session
+from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.report import environment, machine_line, publish
+from bench.servers import running_server
 
 RULE = "You are the assistant of a busy harbour office; answer in one sentence and cite the rule. "
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Chat workloads users produce, side by side: llm-worker (each --prefix-cache mode) vs llama-server vs llama_cpp.server.
+"""Chat workloads users produce, side by side: llm-worker (each --prefix-cache mode) vs llama-server vs
+llama_cpp.server.
 
 multi-turn:  C conversations at once, T turns each; every turn resends the system prompt and the whole
              history (the server's own earlier answers), streamed; A generated tokens per answer.
@@ -28,15 +29,21 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import engine_time  # noqa: E402
-from bench.client import new_session  # noqa: E402
-from bench.config import (  # noqa: E402
-    LLAMA_CPP_PY, LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model,
+from bench import engine_time
+from bench.client import new_session
+from bench.config import (
+    LLAMA_CPP_PY,
+    LLAMA_SERVER,
+    WORKER,
+    BenchConfig,
+    add_peer_flags,
+    find_llama_server,
+    find_model,
 )
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.report import environment, machine_line, publish, pyplot, save_chart  # noqa: E402
-from bench.servers import running_server  # noqa: E402
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir  # noqa: E402
+from bench.prompts import PromptFactory
+from bench.report import environment, machine_line, publish, pyplot, save_chart
+from bench.servers import running_server
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
 QUESTIONS = [
@@ -47,15 +54,15 @@ QUESTIONS = [
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
 # Exact mode held to llama-cpp-python's own library (LLAMA_CPP_LIB_PATH), where the worker would load the
-# no-llamafile build (worker/engine/exactness/build_choice.py: F16/BF16/F32 weights, or attention without flash attention): what
-# that choice buys. For other weights it is the default row again.
+# batch-invariant build (worker/engine/exactness/build_choice.py): the fallback a plain pip install gets, pinned
+# flash attention and no answers reused for F16/BF16/F32 weights; what the patched build buys.
 DEFAULT_BUILD = "llm-worker exact on the default build"
 # (label, server, extra llm-worker flags)
 VARIANTS = [
-    # The default: flash attention held to its per-row kernel, and the library chosen for the weights.
+    # The default: the batch-invariant build, flash attention on with f16 cells.
     ("llm-worker exact", WORKER, ("--prefix-cache", "exact")),
     (DEFAULT_BUILD, WORKER, ("--prefix-cache", "exact")),
-    # Exact mode as it ran before flash attention was pinned: no flash attention (now on the no-llamafile build).
+    # Exact mode without flash attention (on the batch-invariant build, whose GEMM takes one row too).
     ("llm-worker exact unfused", WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
     ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
     ("llm-worker off", WORKER, ("--prefix-cache", "off")),
@@ -152,7 +159,8 @@ async def warm_up(url: str) -> None:
         await chat_turn(session, url, [{"role": "user", "content": "Hello"}], 4, {}, Turn(-1, 0))
 
 
-def bench_variant(label: str, server: str, cfg: BenchConfig, args: argparse.Namespace, no_eos: dict[str, float]) -> VariantResult:
+def bench_variant(label: str, server: str, cfg: BenchConfig, args: argparse.Namespace,
+                  no_eos: dict[str, float]) -> VariantResult:
     print(f"== {label}", file=sys.stderr)
     result = VariantResult(label)
     with running_server(server, cfg) as (url, _proc, _sampler, _startup_s, argv):
@@ -218,7 +226,8 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
             if label.startswith("llm-worker"):
                 ratios = [row[k] / peer[k] if peer[k] else float("nan")
                           for k in ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")]
-                lines.append(f"| {label.removeprefix('llm-worker ')} | " + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+                lines.append(f"| {label.removeprefix('llm-worker ')} | "
+                             + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -44,7 +44,8 @@ def request_body(cfg: BenchConfig, prompt: str, seed: int, no_eos: dict[str, flo
     }
 
 
-async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict[str, Any], result: RequestResult) -> None:
+async def stream_completion(session: aiohttp.ClientSession, url: str, body: dict[str, Any],
+                            result: RequestResult) -> None:
     async with session.post(url + "/v1/completions", json=body) as resp:
         if resp.status != 200:
             result.error = f"HTTP {resp.status}: {(await resp.text())[:200]}"

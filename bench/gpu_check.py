@@ -10,7 +10,7 @@ of the same llama.cpp (`-ngl 999`). Prints one table; writes gpu-check.md, gpu-c
 under --out.
 
 scripts/gpu-check runs it on a lent GPU machine from a bundle (docs/backends.md, "Checking a GPU"); here it runs
-on Vulkan's lavapipe with --quick (tests/test_gpu_backends.py).
+on Vulkan's lavapipe with --quick (tests/e2e/test_gpu_backends.py).
 Run: python3 bench/gpu_check.py --backend cuda --llama-server BIN [--model GGUF] [--out DIR] [--quick]
      (LLAMA_CPP_LIB_PATH: the libllama directory of the backend's build, as for the worker)
 """
@@ -27,17 +27,18 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, find_model  # noqa: E402
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.servers import running_server  # noqa: E402
-from bench.throughput import run_level  # noqa: E402
+from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, find_model
+from bench.prompts import PromptFactory
+from bench.servers import running_server
+from bench.throughput import run_level
 
 CHAT = [{"role": "user", "content": "Name three rivers of Europe and one fact about each."}]
 
@@ -70,13 +71,14 @@ class Check:
         began = time.perf_counter()
         try:
             step = fn()
-        except Exception as exc:  # noqa: BLE001 - every failure becomes a row, and the check goes on
+        except Exception as exc:  # every failure becomes a row, and the check goes on
             step = Step(name, False, f"{type(exc).__name__}: {str(exc)[-300:]}")
         if step is not None:
             step.name = name
             self.steps.append(step)
             mark = {True: "ok", False: "FAIL", None: "--"}[step.ok]
-            print(f"[{mark:>4}] {name}: {step.detail} ({time.perf_counter() - began:.1f}s)", file=sys.stderr, flush=True)
+            print(f"[{mark:>4}] {name}: {step.detail} ({time.perf_counter() - began:.1f}s)", file=sys.stderr,
+                  flush=True)
         return step
 
     def sync(self, coro: Any) -> Any:
@@ -155,7 +157,7 @@ def offload_step(log: str, startup_s: float, backend: str) -> Step:
 def exact_worker(check: Check, cfg: BenchConfig, args: argparse.Namespace, prompts: list[str],
                  texts: dict[str, Any], perf: list[Perf], factory: PromptFactory) -> None:
     """The worker as users start it (exact mode): the device, the exactness check, the texts, then its speed."""
-    with running_server(WORKER, cfg) as (url, _proc, sampler, startup_s, _argv):
+    with running_server(WORKER, cfg) as (url, _proc, _sampler, startup_s, _argv):
         log = (cfg.out_dir / "logs" / f"{WORKER}.log").read_text(errors="replace")
         check.run("serve: every layer offloaded", lambda: offload_step(log, startup_s, args.backend))
         status = check.sync(_with_session(lambda s: health(s, url)))
@@ -216,7 +218,7 @@ def measure_speed(check: Check, label: str, url: str, cfg: BenchConfig, args: ar
         perf.decode_1, perf.decode_8, perf.prefill_ms = one.decode_tok_s_p50, eight.agg_tok_s, long.ttft_p50_ms
         if one.errors or eight.errors or long.errors:
             perf.error = f"{one.errors + eight.errors + long.errors} requests failed"
-    except Exception as exc:  # noqa: BLE001 - a failed measurement is a row; the other servers still run
+    except Exception as exc:  # a failed measurement is a row; the other servers still run
         perf.error = f"{type(exc).__name__}: {str(exc)[-200:]}"
     print(f"[perf] {perf}", file=sys.stderr, flush=True)
     return perf
@@ -227,7 +229,7 @@ def peer_speed(check: Check, name: str, label: str, cfg: BenchConfig, args: argp
     try:
         with running_server(name, cfg) as (url, *_):
             return measure_speed(check, label, url, cfg, args, factory)
-    except Exception as exc:  # noqa: BLE001 - a server that does not start is a row too
+    except Exception as exc:  # a server that does not start is a row too
         return Perf(label, error=f"{type(exc).__name__}: {str(exc)[-300:]}")
 
 

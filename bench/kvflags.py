@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.client import RequestResult, new_session, request_body, stream_completion  # noqa: E402
-from bench.config import BENCH_DIR, LLAMA_SERVER, MB, WORKER, BenchConfig, find_llama_server, find_model  # noqa: E402
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.servers import process_tree_rss, running_server  # noqa: E402
+from bench.client import RequestResult, new_session, request_body, stream_completion
+from bench.config import BENCH_DIR, LLAMA_SERVER, MB, WORKER, BenchConfig, find_llama_server, find_model
+from bench.prompts import PromptFactory
+from bench.servers import process_tree_rss, running_server
 
 # (server, K type, V type, flash attention, prefix-cache mode, --ubatch-size): a quantized V cache needs flash
 # attention, which exact turns off. 512 was the cpu default before 256. llama-server runs with its defaults.

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import aiohttp
 
@@ -31,10 +31,10 @@ def server_command(name: str, cfg: BenchConfig, port: int) -> tuple[list[str], s
     if name == WORKER:
         exe = REPO_DIR / ".venv" / "bin" / "llm-worker"
         base = [str(exe)] if exe.exists() else [sys.executable, "-m", "worker"]
-        return base + [
-            "serve", "--model", str(cfg.model), *host, "--parallel", str(cfg.parallel),
-            "--ctx-size", str(cfg.ctx_size), "--threads", str(cfg.threads), "--log-level", "warning",
-            *(() if cfg.cache_ram else ("--cache-ram", "0")), *cfg.worker_args,
+        return [
+            *base, "serve", "--model", str(cfg.model), *host,
+            "--parallel", str(cfg.parallel), "--ctx-size", str(cfg.ctx_size), "--threads", str(cfg.threads),
+            "--log-level", "warning", *(() if cfg.cache_ram else ("--cache-ram", "0")), *cfg.worker_args,
         ], "/health"
     if name == LLAMA_SERVER:
         assert cfg.llama_server_bin is not None

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.chat import Turn, chat_turn, warm_up  # noqa: E402
-from bench.client import new_session  # noqa: E402
-from bench.config import LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model  # noqa: E402
-from bench.report import environment, machine_line, publish  # noqa: E402
-from bench.servers import running_server  # noqa: E402
+from bench.chat import Turn, chat_turn, warm_up
+from bench.client import new_session
+from bench.config import LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.report import environment, machine_line, publish
+from bench.servers import running_server
 
 # (label, server, extra flags)
 VARIANTS = [
@@ -40,7 +40,8 @@ VARIANTS = [
     ("llama-server ngram-simple", LLAMA_SERVER, ("--spec-type", "ngram-simple")),
     ("llama-server ngram-map-k", LLAMA_SERVER, ("--spec-type", "ngram-map-k")),
 ]
-SOURCES = ("worker/engine/speculative/prompt_lookup.py", "worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "worker/timefmt.py")
+SOURCES = ("worker/engine/speculative/prompt_lookup.py", "worker/engine/output/seeded_draw.py",
+           "worker/engine/handle.py", "worker/timefmt.py")
 TASKS = ("Rewrite this Python code with every variable named `data` renamed to `buffer`. Output only the code.",
          "Remove all comments from this Python code. Output only the code.",
          "Add a docstring to each function of this Python code. Output the whole code.",
@@ -139,7 +140,8 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: dict[str, dict[s
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_peer_flags(p, parallel=4, ctx_size=8192, report="SPECULATIVE.md")
-    p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS), help="of: " + ", ".join(v[0] for v in VARIANTS))
+    p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS),
+                   help="of: " + ", ".join(v[0] for v in VARIANTS))
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--max-tokens", type=int, default=200)
     args = p.parse_args(argv)

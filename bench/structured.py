@@ -26,12 +26,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.chat import VARIANTS, Turn, chat_turn  # noqa: E402
-from bench.client import new_session  # noqa: E402
-from bench.config import LLAMA_SERVER, BenchConfig, add_peer_flags, find_llama_server, find_model  # noqa: E402
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.report import environment, machine_line, publish  # noqa: E402
-from bench.servers import running_server  # noqa: E402
+from bench.chat import VARIANTS, Turn, chat_turn
+from bench.client import new_session
+from bench.config import LLAMA_SERVER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.prompts import PromptFactory
+from bench.report import environment, machine_line, publish
+from bench.servers import running_server
 
 _KINDS = [{"type": "string", "maxLength": 16}, {"type": "integer"}, {"type": "boolean"},
           {"enum": ["low", "medium", "high"]}, {"type": "number"}]

@@ -28,14 +28,22 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench import engine_time  # noqa: E402
-from bench.client import RequestResult, new_session, request_body, stream_completion  # noqa: E402
-from bench.config import (  # noqa: E402
-    BENCH_DIR, LLAMA_CPP_PY, LLAMA_SERVER, MB, SERVERS, WORKER, BenchConfig, find_llama_server, find_model,
+from bench import engine_time
+from bench.client import RequestResult, new_session, request_body, stream_completion
+from bench.config import (
+    BENCH_DIR,
+    LLAMA_CPP_PY,
+    LLAMA_SERVER,
+    MB,
+    SERVERS,
+    WORKER,
+    BenchConfig,
+    find_llama_server,
+    find_model,
 )
-from bench.prompts import PromptFactory  # noqa: E402
-from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart  # noqa: E402
-from bench.servers import RssSampler, running_server  # noqa: E402
+from bench.prompts import PromptFactory
+from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart
+from bench.servers import RssSampler, running_server
 
 # --------------------------------------------------------------------------- results
 
@@ -262,7 +270,8 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
     peers = [r.server for r in runs if r.server != WORKER]
     if any(r.server == WORKER for r in runs) and peers:
         lines += ["", "## llm-worker / peer", "",
-                  "Ratios of llm-worker's value to the peer's; for tok/s higher is better, for latency and RSS lower is.",
+                  "Ratios of llm-worker's value to the peer's; for tok/s higher is better, "
+                  "for latency and RSS lower is.",
                   ""]
         header = "| peer | prompt | clients | " + " | ".join(m[1] for m in METRICS) + " |"
         lines += [header, "|" + "---|" * (header.count("|") - 1)]
@@ -277,7 +286,8 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
     lines += ["", "## Peak RSS over the whole run (load included)", "",
               "| server | startup s | peak RSS MB | peak RSS - model MB |", "|---|---|---|---|"]
     for run in runs:
-        lines.append(f"| {run.server} | {run.startup_s:.1f} | {run.peak_rss_mb:.0f} | {run.peak_rss_mb - model_mb:.0f} |")
+        lines.append(f"| {run.server} | {run.startup_s:.1f} | {run.peak_rss_mb:.0f} "
+                     f"| {run.peak_rss_mb - model_mb:.0f} |")
     targets = target_checks(cfg, runs, model_mb)
     if targets:
         lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
@@ -315,17 +325,20 @@ def target_checks(cfg: BenchConfig, runs: list[ServerRun], model_mb: float) -> l
         ours1, ref1 = find_level(runs, WORKER, prompt, 1), find_level(runs, LLAMA_SERVER, prompt, 1)
         if ours1 and ref1:
             r = ratio(ours1.decode_tok_s_p50, ref1.decode_tok_s_p50)
-            checks.append((f"single-stream decode tok/s >= 0.95x llama-server (prompt {prompt})", fmt("{:.2f}x", r), r >= 0.95))
+            checks.append((f"single-stream decode tok/s >= 0.95x llama-server (prompt {prompt})", fmt("{:.2f}x", r),
+                           r >= 0.95))
         ours8 = find_level(runs, WORKER, prompt, 8)
         for peer, need in ((LLAMA_SERVER, 1.0), (LLAMA_CPP_PY, 3.0)):
             theirs = find_level(runs, peer, prompt, 8)
             if ours8 and theirs:
                 r = ratio(ours8.agg_tok_s, theirs.agg_tok_s)
-                checks.append((f"aggregate tok/s at 8 clients >= {need:g}x {peer} (prompt {prompt})", fmt("{:.2f}x", r), r >= need))
+                checks.append((f"aggregate tok/s at 8 clients >= {need:g}x {peer} (prompt {prompt})",
+                               fmt("{:.2f}x", r), r >= need))
         ref8 = find_level(runs, LLAMA_SERVER, prompt, 8)
         if ours8 and ref8:
             r = ratio(ours8.ttft_p50_ms, ref8.ttft_p50_ms)
-            checks.append((f"TTFT p50 at 8 clients <= 1.1x llama-server (prompt {prompt})", fmt("{:.2f}x", r), r <= 1.1))
+            checks.append((f"TTFT p50 at 8 clients <= 1.1x llama-server (prompt {prompt})", fmt("{:.2f}x", r),
+                           r <= 1.1))
     overhead = worker.peak_rss_mb - model_mb
     checks.append(("llm-worker peak RSS - model size <= 150 MB", f"{overhead:.0f} MB", overhead <= 150))
     return checks
@@ -334,13 +347,16 @@ def target_checks(cfg: BenchConfig, runs: list[ServerRun], model_mb: float) -> l
 def draw_chart(cfg: BenchConfig, runs: list[ServerRun], path: Path) -> bool:
     if (plt := pyplot()) is None:
         return False
-    fig, axes = plt.subplots(2, len(cfg.prompt_lengths), figsize=(max(7.0, 5.5 * len(cfg.prompt_lengths)), 8), squeeze=False)
+    fig, axes = plt.subplots(2, len(cfg.prompt_lengths), figsize=(max(7.0, 5.5 * len(cfg.prompt_lengths)), 8),
+                             squeeze=False)
     for col, prompt in enumerate(cfg.prompt_lengths):
-        for row, (metric, title) in enumerate((("agg_tok_s", "aggregate generated tok/s"), ("ttft_p50_ms", "TTFT p50 (ms)"))):
+        for row, (metric, title) in enumerate((("agg_tok_s", "aggregate generated tok/s"),
+                                               ("ttft_p50_ms", "TTFT p50 (ms)"))):
             ax = axes[row][col]
             for run in runs:
                 levels = [lv for lv in run.levels if lv.prompt_tokens == prompt]
-                ax.plot([lv.clients for lv in levels], [getattr(lv, metric) for lv in levels], marker="o", label=run.server)
+                ax.plot([lv.clients for lv in levels], [getattr(lv, metric) for lv in levels], marker="o",
+                        label=run.server)
             ax.set_xscale("log", base=2)
             ax.set_xticks(list(cfg.concurrencies), [str(c) for c in cfg.concurrencies])
             if metric == "ttft_p50_ms" and any(getattr(lv, metric) > 0 for r in runs for lv in r.levels):
@@ -375,7 +391,8 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--llama-server", help="llama-server binary (default: build it with bench/build_llama_server.sh)")
     p.add_argument("--out", default=str(BENCH_DIR / "results"), help="where latest.md/.json, chart.png and logs go")
-    p.add_argument("--publish", action="store_true", help="also copy the report and chart to bench/RESULTS.md and bench/chart.png")
+    p.add_argument("--publish", action="store_true",
+                   help="also copy the report and chart to bench/RESULTS.md and bench/chart.png")
     p.add_argument("--worker-args", default="", help="extra `llm-worker serve` flags, e.g. '--prefix-cache fast'")
     a = p.parse_args(argv)
     servers = tuple(s.strip() for s in a.servers.split(",") if s.strip())

@@ -6,8 +6,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, batch_invariant_installed
 from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
-from worker.engine.exactness.build_choice import NO_LLAMAFILE_DIR
 from worker.presets import load_presets
 
 GIB = 1024 ** 3
@@ -22,14 +22,16 @@ def _yes_no(flag: bool, yes: str, no: str) -> str:
 def render(info: BuildInfo) -> str:
     rows = [
         ("llama.cpp", f"llama-cpp-python {info.version}, libraries in {info.library_path}"),
-        ("gpu offload", _yes_no(info.gpu_offload, "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
+        ("gpu offload", _yes_no(info.gpu_offload,
+                                "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
                                 _why_no_offload(info))),
         ("blas", _yes_no(info.blas, ASSISTING_BACKENDS["blas"], "rebuild with the openblas preset to add it")),
         ("rpc", _yes_no(info.rpc, "serve --rpc host:port[,host:port] spreads layers over ggml-rpc-server hosts",
                         "rebuild with the rpc preset to add it")),
-        ("exact mode", _yes_no(_no_llamafile_installed(), f"the no-llamafile build in {NO_LLAMAFILE_DIR}, loaded for "
-                               "F16/BF16/F32 weights and --flash-attn off", "the no-llamafile build is missing: "
-                               "make install builds it; without it those lose exactness")),
+        ("exact mode", _yes_no(batch_invariant_installed(), f"the batch-invariant build in {BATCH_INVARIANT_DIR}, "
+                               "loaded on the cpu backend for every weight type", "the batch-invariant build is "
+                               "missing: make install builds it; without it exact mode pins slower kernels and "
+                               "F16/BF16/F32 weights lose exactness")),
         ("backends", ", ".join(info.backends)),
         ("--backend", ", ".join(info.servable)),
     ]
@@ -37,7 +39,8 @@ def render(info: BuildInfo) -> str:
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     lines.append("devices:")
     for device in info.devices:
-        memory = f"{device.memory_free / GIB:.1f} of {device.memory_total / GIB:.1f} GiB free" if device.memory_total else ""
+        free, total = device.memory_free / GIB, device.memory_total / GIB
+        memory = f"{free:.1f} of {total:.1f} GiB free" if device.memory_total else ""
         lines.append(f"  {device.backend}:{device.name}  {device.kind}  {device.description}  {memory}".rstrip())
     lines.append(f"cpu features: {info.system_info.removeprefix('CPU : ').rstrip(' |')}")
     lines.append(f"other builds: llm-worker build-backend PRESET... ({', '.join(load_presets())})")
@@ -48,7 +51,8 @@ def _why_no_offload(info: BuildInfo) -> str:
     # A GPU build on a machine whose driver is missing or too old lists the backend with no device; ggml-vulkan
     # without any Vulkan driver does not even register, but its library is there.
     built = {path.name.split(".")[0].removeprefix("libggml-") for path in Path(info.library_path).glob("libggml-*.so")}
-    if gpu := sorted({b for b in info.servable if b != "cpu"} | (built - NOT_GPU_LIBRARIES)):
+    built = {b for b in built - NOT_GPU_LIBRARIES if not b.startswith("cpu")}  # not libggml-cpu-haswell either
+    if gpu := sorted({b for b in info.servable if b != "cpu"} | built):
         software = ("; ggml-vulkan skips a software device (lavapipe) unless GGML_VK_VISIBLE_DEVICES names it"
                     if "vulkan" in gpu else "")
         return (f"the build has {', '.join(gpu)} but found no device for it: check the GPU driver "
@@ -56,12 +60,8 @@ def _why_no_offload(info: BuildInfo) -> str:
     return "layers stay on the CPU; rebuild with a GPU preset to offload"
 
 
-def _no_llamafile_installed() -> bool:
-    return (NO_LLAMAFILE_DIR / "libllama.so").exists()
-
-
 def as_json(info: BuildInfo) -> str:
     data = dataclasses.asdict(info)
     data.update(servable=list(info.servable), blas=info.blas,
-                no_llamafile=str(NO_LLAMAFILE_DIR) if _no_llamafile_installed() else None)
+                batch_invariant=str(BATCH_INVARIANT_DIR) if batch_invariant_installed() else None)
     return json.dumps(data, indent=2)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -13,8 +15,14 @@ from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.engine.config import DRAFT_MAX, MAX_DRAFT
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
+
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
+
+if TYPE_CHECKING:
+    from click.decorators import FC  # what an option decorates: a command's function, or the command
+
+    from worker.source.registry import Registry
 
 # serve --help's sections, in the order a user needs them: what to serve, on what, how much at once, how to
 # answer, where to listen, who manages the worker, what it says. docs/configuration.md groups its tables alike.
@@ -22,7 +30,7 @@ MODEL, BACKEND, CACHE, GENERATION, SERVER, POOL_MANAGER, LOGGING = SERVE_SECTION
     "Model", "Backend", "Slots, KV cache and prefix cache", "Generation", "Server", "Pool manager", "Logging")
 
 
-def _option(*names: str, env: str, section: str | None = None, **kwargs):
+def _option(*names: str, env: str, section: str | None = None, **kwargs: Any) -> Callable[[FC], FC]:
     """Every flag also reads LLM_WORKER_<NAME>, shown in --help, under `section` where the command has sections."""
     return click.option(*names, cls=SectionOption, section=section, envvar=f"LLM_WORKER_{env}", show_envvar=True,
                         **kwargs)
@@ -54,18 +62,18 @@ def _endpoints(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     return endpoints
 
 
-def _registry(models_file: Path | None):
+def _registry(models_file: Path | None) -> Registry:
     from worker.source import load_registry
 
     return load_registry(*([models_file] if models_file else []))
 
 
-def _convert_type_option(*names: str):
+def _convert_type_option(*names: str) -> Callable[[FC], FC]:
     return _option(*names, env="CONVERT_TYPE", section=MODEL, type=click.Choice(list(OUTPUT_TYPES)), default="f16",
                    show_default=True, help="GGUF type a Hugging Face folder converts to (1-D tensors stay f32).")
 
 
-def _quantize_option(*names: str):
+def _quantize_option(*names: str) -> Callable[[FC], FC]:
     return _option(*names, env="QUANTIZE", section=MODEL, type=click.Choice(list(QUANT_TYPES)), default=None,
                    help="Then quantize the converted file with llama.cpp's quantizer.  [default: no]")
 
@@ -187,7 +195,7 @@ def cli() -> None:
          help="Bearer token every route but /health requires (LLORCH_API_TOKEN is accepted too).")
 @_log_format
 @_log_level
-def serve(**flags) -> None:
+def serve(**flags: Any) -> None:
     """Serve a model over HTTP until SIGINT/SIGTERM.
 
     \b

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
 OTHER = "Other options"
@@ -10,7 +12,7 @@ OTHER = "Other options"
 class SectionOption(click.Option):
     """An option that names the --help section it is listed in."""
 
-    def __init__(self, *args, section: str | None = None, **kwargs):
+    def __init__(self, *args: Any, section: str | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.section = section or OTHER
 
@@ -18,7 +20,7 @@ class SectionOption(click.Option):
 class SectionedCommand(click.Command):
     """A command whose --help lists its options in `sections`, in that order, instead of one long list."""
 
-    def __init__(self, *args, sections: tuple[str, ...], **kwargs):
+    def __init__(self, *args: Any, sections: tuple[str, ...], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.sections = (*sections, OTHER)
 

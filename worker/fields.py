@@ -1,6 +1,6 @@
 """The sampling fields requests send, in one table: each field's name, type, range and what it sets.
 
-The table drives the request readers (worker/api/schemas.py and the Anthropic route read fields by it),
+The table drives the request readers (worker/api/generation_fields.py's read_sampling, for every dialect),
 the OpenAPI document (worker/api/openapi.py writes each field's schema from it, defaults from the
 engine's SamplingParams) and models.toml (worker/source/registry.py takes the names a model may default).
 Routes with narrower rules (the pool-manager contract, Anthropic's ranges) narrow the same rows.
@@ -9,6 +9,7 @@ Routes with narrower rules (the pool-manager contract, Anthropic's ranges) narro
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from worker.engine.config import MAX_DRAFT
 
@@ -23,7 +24,7 @@ class NumberField:
     nullable: bool = False  # null means the default, as OpenAI's SDKs send it
     per_model: bool = True  # models.toml may default it (per-request ones like seed may not)
 
-    def narrowed(self, **changes: object) -> NumberField:
+    def narrowed(self, **changes: Any) -> NumberField:
         return replace(self, **changes)
 
 

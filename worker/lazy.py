@@ -10,9 +10,10 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any
 
 
 def exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
@@ -28,7 +29,8 @@ def exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
 
 def standalone_module(package: str, name: str) -> ModuleType:
     """`package.name`, a module that imports only the standard library, loaded from its file without running
-    `package`'s __init__: llama_cpp's loads libllama (the worker chooses which build first, engine/exactness/build_choice.py),
+    `package`'s __init__: llama_cpp's loads libllama (the worker chooses which build first,
+    engine/exactness/build_choice.py),
     gguf's loads numpy and PyYAML (~12 MB of RSS a worker serving a local GGUF never needs)."""
     qualified = f"{__name__}.{package}.{name}"
     if qualified not in sys.modules:

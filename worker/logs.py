@@ -7,8 +7,7 @@ import sys
 from typing import Any
 
 import structlog
-from structlog.typing import EventDict
-
+from structlog.typing import EventDict, Processor
 
 _bridge: list[logging.Handler] = []  # configure()'s handler for library records: none until it runs
 
@@ -32,7 +31,7 @@ def configure(fmt: str | None, level: str) -> None:
         if fmt == "console"
         else structlog.processors.JSONRenderer()
     )
-    shared = [
+    shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),

@@ -5,7 +5,7 @@ Here, below both source/ and engine/, so that each can import it without importi
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 # (stage, done, total): done and total count whatever the stage counts (bytes, tensors, percent).
 ProgressFn = Callable[[str, int, int], None]

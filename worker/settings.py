@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from worker.engine.config import EngineConfig, default_ubatch_size
-from worker.engine.modes import SpecType
-from worker.engine.modes import CacheMode
+from worker.engine.exactness.build_choice import expects_batch_invariant
+from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 from worker.logs import default_format
 
@@ -18,7 +18,7 @@ ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
 @dataclass(frozen=True)
 class Settings:
-    model: str | None  # .gguf path, Hugging Face folder, models.toml alias or hf:owner/repo...; None: the registry's default
+    model: str | None  # .gguf path, Hugging Face folder, models.toml alias or hf:owner/repo; None: the default
     model_ref: str | None  # the pool manager's name for the model; default: the served model id
     worker_id: str
     quant: str | None = None  # picks the GGUF of an hf:owner/repo model
@@ -34,7 +34,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()  # bearer tokens any route but /health needs; empty: open
     log_format: str = "console"
     log_level: str = "info"
-    engine: EngineConfig = EngineConfig()
+    engine: EngineConfig = field(default_factory=EngineConfig)
     convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
 
@@ -59,7 +59,8 @@ def settings_from_flags(flags: dict) -> Settings:
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]
     engine = EngineConfig(backend=backend, **engine_fields)
-    engine.attention()  # flags that would break exact mode's promise stop here, before any model loads
+    # flags that would break exact mode's promise stop here, before any model loads
+    engine.attention(batch_invariant=expects_batch_invariant(engine))
     return Settings(
         model=flags["model"],
         model_ref=flags["model_ref"],

@@ -16,9 +16,9 @@ from pathlib import Path
 import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model  # noqa: E402
-from worker.engine import EngineConfig  # noqa: E402
-from worker.engine.native.model import LlamaModel  # noqa: E402
+from bench.config import find_model
+from worker.engine import EngineConfig
+from worker.engine.native.model import LlamaModel
 
 HELD = 512  # cells slot 0 holds
 ROWS = 16

@@ -1,8 +1,10 @@
-"""Probe: on which probe shapes do one-token decode cells give a cold prefill's logits? (worker/engine/exactness/load_check.py)
+"""Probe: on which probe shapes do one-token decode cells give a cold prefill's logits?
+(worker/engine/exactness/load_check.py)
 
 For each (prompt, kept, decoded): prefill `prompt` tokens as one chunk, then make its cells from `kept` on again,
 `decoded` of them one token at a time and the rest as one chunk, and compare the last logits bitwise. One shape
-that agrees proves little: exactness/load_check.py checks several. Run (LLAMA_CPP_LIB_PATH=<a build's bin> for another build):
+that agrees proves little: exactness/load_check.py checks several. Run (LLAMA_CPP_LIB_PATH=<a build's bin> for
+another build):
   .venv/bin/python bench/probes/decodeshapes.py MODEL.gguf
 """
 from __future__ import annotations
@@ -11,9 +13,9 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import worker.engine.exactness.load_check as numerics  # noqa: E402
-from worker.engine.native.model import EngineConfig, LlamaModel  # noqa: E402
-from worker.logs import configure  # noqa: E402
+import worker.engine.exactness.load_check as numerics
+from worker.engine.native.model import EngineConfig, LlamaModel
+from worker.logs import configure
 
 SHAPES = [(64, 48, 8), (64, 48, 12), (64, 48, 15), (64, 21, 16), (64, 32, 16), (64, 40, 16), (64, 16, 40),
           (128, 96, 16), (64, 56, 4), (64, 60, 2)]

@@ -1,13 +1,13 @@
 """Probe: the most prompt lookup can gain on bench/speculative.py's prompts, with drafts chosen by an oracle.
 
 Each prompt is answered greedily (up to 200 tokens), one token at a time. Then an oracle replays the answer: at
-every step it knows how many tokens of the prompt-lookup proposal (worker/engine/speculative/prompt_lookup.py, up to --draft-max) the
-model would accept, and drafts the count that gives the most tokens per second under a pass-cost table (a step of
-1 + d rows costs COSTS at 1 + d rows, interpolated as the worker's PassCosts does). The ratio of the answer's
-one-token-a-step time to the oracle's is the ceiling of any drafting rule on this machine: a real rule guesses the
-acceptance before the step. Steps where the lookup finds no match at all are counted: those run one row whatever
-the rule. COSTS: bench/probes/verifycost.py's table (test model, 2 cores), and the costs the worker measured
-while serving the copying answers (rows far into a longer context cost more).
+every step it knows how many tokens of the prompt-lookup proposal (worker/engine/speculative/prompt_lookup.py, up
+to --draft-max) the model would accept, and drafts the count that gives the most tokens per second under a
+pass-cost table (a step of 1 + d rows costs COSTS at 1 + d rows, interpolated as the worker's PassCosts does). The
+ratio of the answer's one-token-a-step time to the oracle's is the ceiling of any drafting rule on this machine: a
+real rule guesses the acceptance before the step. Steps where the lookup finds no match at all are counted: those
+run one row whatever the rule. COSTS: bench/probes/verifycost.py's table (test model, 2 cores), and the costs the
+worker measured while serving the copying answers (rows far into a longer context cost more).
 Run: .venv/bin/python bench/probes/draftbound.py
 """
 
@@ -20,10 +20,10 @@ from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model  # noqa: E402
-from bench.speculative import prompt_sets  # noqa: E402
-from worker.engine.speculative.draft_rule import PassCosts  # noqa: E402
-from worker.engine.speculative.prompt_lookup import TokenHistory  # noqa: E402
+from bench.config import find_model
+from bench.speculative import prompt_sets
+from worker.engine.speculative.draft_rule import PassCosts
+from worker.engine.speculative.prompt_lookup import TokenHistory
 
 MAX_TOKENS = 200
 DRAFT_MAX = 16

@@ -31,7 +31,8 @@ A = 64
 # Repacked quantized weights (Q4_0, Q4_K, IQ4_NL on x86) run one row through a GEMV and groups of rows through a
 # GEMM whose sums differ: REPACK=0 loads the weights as stored.
 REPACK = os.environ.get("REPACK", "1") == "1"
-FLASH_ATTN = {"0": L.LLAMA_FLASH_ATTN_TYPE_DISABLED, "1": L.LLAMA_FLASH_ATTN_TYPE_ENABLED}[os.environ.get("FLASH_ATTN", "1")]
+FLASH_ATTN = {"0": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
+              "1": L.LLAMA_FLASH_ATTN_TYPE_ENABLED}[os.environ.get("FLASH_ATTN", "1")]
 # Flash attention's tiled and split-KV kernels both require K and V cells of one type: with V in another type than
 # K every row takes the per-row kernel, whatever the batch (bench/probes/RESULTS.md, "flash attention pinned").
 # (ggml.h numbers BF16 30; the binding names no constant for it)
@@ -87,7 +88,7 @@ def main(path: str) -> None:
             batch.seq_id[i][0], batch.logits[i] = s, w
         assert L.llama_decode(ctx, batch) == 0
         out = {}
-        for i, (t, p, s, w) in enumerate(items):
+        for i, (_token, _pos, s, w) in enumerate(items):
             if w:
                 out[s] = np.ctypeslib.as_array(L.llama_get_logits_ith(ctx, i), shape=(n_vocab,)).copy()
         return out
@@ -134,7 +135,8 @@ def main(path: str) -> None:
     ref = fresh(lambda c: prefill(c, P, aligned(n)))
     print(f"\n== {os.path.basename(path)} flash_attn={FLASH_ATTN} K={CACHE_K} V={CACHE_V} "
           f"tiled_mm={os.environ.get('GGML_CPU_TILED_MM', '1')} repack={int(REPACK)}"
-          f"{f' n_gpu_layers={N_GPU_LAYERS}' if N_GPU_LAYERS else ''}\nprompt {n} tokens, reference: solo, chunks at multiples of {A}")
+          f"{f' n_gpu_layers={N_GPU_LAYERS}' if N_GPU_LAYERS else ''}\n"
+          f"prompt {n} tokens, reference: solo, chunks at multiples of {A}")
     print("1. whole prompt in one chunk           ", diff(fresh(lambda c: prefill(c, P, [n])), ref))
     print("1. aligned 128                         ", diff(fresh(lambda c: prefill(c, P, aligned(n, 128))), ref))
     print("1. aligned starts, lengths 64,192,rest ", diff(fresh(lambda c: prefill(c, P, [64, 256, n])), ref))
@@ -231,7 +233,8 @@ def main(path: str) -> None:
 
     # 4. Generated KV: after the solo greedy tail, continue with a user turn; compare with a cold aligned
     #    prefill of prompt + tail + turn.
-    turn = tok("<|im_end|>\nThanks. And suspension bridges?")[1:] if L.llama_vocab_get_add_bos(vocab) else tok("Thanks.")
+    turn = (tok("<|im_end|>\nThanks. And suspension bridges?")[1:] if L.llama_vocab_get_add_bos(vocab)
+            else tok("Thanks."))
     full = P + solo_tokens + turn
     cold = fresh(lambda c: prefill(c, full, aligned(len(full))))
 

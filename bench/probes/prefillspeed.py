@@ -4,9 +4,9 @@ Prefills 1,536 tokens in 256-token chunks into a 4-slot, 8,192-token context, th
 time; three rounds. ATTN picks the attention: pinned (flash attention on, K cells q8_0, V f16: every row through
 its per-row kernel, as exact mode runs on the cpu backend; the default), fast (flash attention on, f16 cells: the
 kernels llama.cpp picks by shape, as fast mode runs), off (no flash attention, f16 cells). REPACK=0 loads the
-weights unrepacked; ATTN=fa:K:V names any cell types (fa:f32:f16, nofa:f16:f16); GGML_CPU_TILED_MM=0 or GGML_CPU_TILED_MM_FORCE=1 hold K-quant products to one kernel.
-Point llama-cpp-python at another build's libraries with LLAMA_CPP_LIB_PATH, and alternate the runs (this
-machine's speed drifts):
+weights unrepacked; ATTN=fa:K:V names any cell types (fa:f32:f16, nofa:f16:f16); GGML_CPU_TILED_MM=0 or
+GGML_CPU_TILED_MM_FORCE=1 hold K-quant products to one kernel. Point llama-cpp-python at another build's
+libraries with LLAMA_CPP_LIB_PATH, and alternate the runs (this machine's speed drifts):
   python bench/probes/prefillspeed.py MODEL.gguf [more.gguf ...]
   LLAMA_CPP_LIB_PATH=$(CMAKE_ARGS=-DGGML_LLAMAFILE=OFF scripts/build-llama-cpp cpu-native llama | tail -1) \
       python bench/probes/prefillspeed.py MODEL.gguf
@@ -67,7 +67,8 @@ def main(path: str) -> None:
         prefilled = time.perf_counter()
         for i in range(DECODE):
             decode([200 + i], PROMPT + i)
-        rounds.append(f"prefill {PROMPT / (prefilled - started):.0f} decode {DECODE / (time.perf_counter() - prefilled):.0f}")
+        rounds.append(f"prefill {PROMPT / (prefilled - started):.0f} "
+                      f"decode {DECODE / (time.perf_counter() - prefilled):.0f}")
     build = "llamafile" if b"LLAMAFILE = 1" in L.llama_print_system_info() else "no llamafile"
     kernels = " ".join(f"{k}={os.environ[k]}" for k in ("REPACK", "GGML_CPU_TILED_MM", "GGML_CPU_TILED_MM_FORCE")
                        if k in os.environ)

@@ -21,11 +21,11 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model  # noqa: E402
-from bench.probes.rows import RowDecoder  # noqa: E402
-from worker.engine import EngineConfig  # noqa: E402
-from worker.engine.native.model import LlamaModel  # noqa: E402
-from worker.engine.modes import CacheMode  # noqa: E402
+from bench.config import find_model
+from bench.probes.rows import RowDecoder
+from worker.engine import EngineConfig
+from worker.engine.modes import CacheMode
+from worker.engine.native.model import LlamaModel
 
 SLOTS, CONTEXT, PROMPT, ROUNDS = 8, 300, 384, 5
 CHUNKS = (16, 32, 48, 64, 128, 256, 384)

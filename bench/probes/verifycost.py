@@ -14,10 +14,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model  # noqa: E402
-from bench.probes.rows import RowDecoder  # noqa: E402
-from worker.engine import EngineConfig  # noqa: E402
-from worker.engine.native.model import LlamaModel  # noqa: E402
+from bench.config import find_model
+from bench.probes.rows import RowDecoder
+from worker.engine import EngineConfig
+from worker.engine.native.model import LlamaModel
 
 CONTEXT = 320
 ROUNDS = 7
@@ -44,7 +44,7 @@ def main() -> None:
                                  range(SLOTS), CONTEXT, ROUNDS)
 
     one = timed({0: 1})
-    print(f"one sequence, rows in one call (ms; x one row):")
+    print("one sequence, rows in one call (ms; x one row):")
     for rows in (1, 2, 3, 4, 6, 8, 12, 16):
         ms = timed({0: rows})
         print(f"  {rows:2d} rows {ms:6.1f} ms  {ms / one:4.2f}x")

@@ -6,9 +6,10 @@ import uuid
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Handler
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from worker.api import anthropic, embeddings, openai, openapi, orch, responses, tokens
+from worker.api import anthropic, llama_server, openai, openapi, orch, responses
 from worker.api.auth import auth_middleware
 from worker.api.errors import error_middleware
 from worker.api.state import WORKER, WorkerState
@@ -17,7 +18,7 @@ MAX_BODY_BYTES = 4 * 1024 * 1024
 
 
 @web.middleware
-async def request_id_middleware(request: web.Request, handler):
+async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     request_id = request.headers.get("X-Request-Id") or uuid.uuid4().hex[:16]
     request["request_id"] = request_id
     with structlog.contextvars.bound_contextvars(request_id=request_id, path=request.path):
@@ -43,8 +44,8 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(anthropic.routes)
     app.add_routes(responses.routes)
     responses.stores(app)
-    app.add_routes(tokens.routes)
-    app.add_routes(embeddings.routes)
+    app.add_routes(llama_server.routes)
+    app.add_routes(openai.embedding_routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))
     app.router.add_get("/openapi.json", openapi_json)
     return app

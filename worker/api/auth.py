@@ -9,6 +9,7 @@ from __future__ import annotations
 import hmac
 
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 OPEN_PATHS = frozenset({"/health", "/v1/health"})
 
@@ -29,11 +30,11 @@ def _presented(request: web.Request) -> list[bytes]:
     return keys
 
 
-def auth_middleware(tokens: tuple[str, ...]):
+def auth_middleware(tokens: tuple[str, ...]) -> Middleware:
     expected = [token.encode() for token in tokens]
 
     @web.middleware
-    async def require_key(request: web.Request, handler):
+    async def require_key(request: web.Request, handler: Handler) -> web.StreamResponse:
         if not expected or request.path in OPEN_PATHS:
             return await handler(request)
         presented = _presented(request)

@@ -11,12 +11,18 @@ import enum
 from dataclasses import dataclass
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.state import NotReady
-from worker.engine import ChatTemplateError, ContextLengthExceeded, EmptyPrompt, NoChatTemplate, QueueFull
+from worker.engine import ChatTemplateError, ContextLengthExceeded, EmptyPrompt, FinishReason, NoChatTemplate, QueueFull
 
 RETRY_AFTER_S = "1"
+# A generation that ended in failure, as every dialect answers it when nothing was sent yet: the HTTP status, and
+# OpenAI's error code (the OpenAI routes and the Responses API; Anthropic names its own error types).
+FAILED_STATUS = {FinishReason.CANCELLED: 503, FinishReason.TIMEOUT: 504, FinishReason.ERROR: 500}
+OPENAI_FAILURE_CODES = {FinishReason.CANCELLED: "cancelled", FinishReason.TIMEOUT: "timeout",
+                        FinishReason.ERROR: "inference_failed"}
 
 
 class Family(str, enum.Enum):
@@ -56,10 +62,15 @@ def classify(exc: Exception) -> Failure | None:
         # 404, as OpenAI answers a model it does not have: the body is valid, the model is missing.
         return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])
     if isinstance(exc, QueueFull):
-        return Failure(503, "queue_full", [Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")], True)
+        return queue_full(exc)
     if isinstance(exc, NotReady):
         return Failure(503, "not_ready", [Problem("worker", "ready", f"{exc}; retry later")], True)
     return None
+
+
+def queue_full(exc: QueueFull) -> Failure:
+    full = Problem("queue", "--max-queue", f"the queue is full: {exc}; retry later")
+    return Failure(503, "queue_full", [full], True)
 
 
 def openai_body(failure: Failure) -> dict:
@@ -113,7 +124,7 @@ def family_of(request: web.Request) -> Family:
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler):
+async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
     except Exception as exc:

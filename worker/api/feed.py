@@ -6,7 +6,8 @@ stream each addition's events through `send`; a whole answer is the same feed wi
 
 from __future__ import annotations
 
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from worker.api.generation import TrackedHandle
 from worker.api.tools.answer import Answer, Call
@@ -38,12 +39,13 @@ async def feed(handle: TrackedHandle, answer: Answer, content: Content, send: Se
             await send(content.add(reasoning, event.reasoning) + content.add("text", release.text))
             for call in release.calls:
                 await send(content.call(call))
-    if handle.finished.reason in ENDED:
+    finished = handle.ended
+    if finished.reason in ENDED:
         release = answer.finish()
         await send(content.add("text", release.text))
         for call in release.calls:
             await send(content.call(call))
-        await send(content.finish(handle.finished))
+        await send(content.finish(finished))
     return reasoning_tokens
 
 

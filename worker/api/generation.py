@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from dataclasses import replace
 
 import structlog
 
+from worker.api.generation_fields import Generation
 from worker.api.metrics import Metrics
-from worker.api.schemas import Generation
 from worker.api.state import WorkerState
 from worker.engine import Event, Finished, Reasoning, Request, RequestHandle, TokenEvent
 
@@ -58,6 +58,14 @@ class TrackedHandle:
     @property
     def finished(self) -> Finished | None:
         return self._handle.finished
+
+    @property
+    def ended(self) -> Finished:
+        """The Finished event, for a route that read the events to the end (the last of them is this one)."""
+        finished = self._handle.finished
+        if finished is None:
+            raise RuntimeError("the request's events were not read to the end")
+        return finished
 
     def cancel(self) -> None:
         self._handle.cancel()

@@ -6,7 +6,7 @@ which also answers OpenMetrics and gzip when the scraper asks for them.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
@@ -39,7 +39,8 @@ class _EngineGauges(Collector):
         yield GaugeMetricFamily("llm_worker_cache_ram_bytes",
                                 "Host memory holding KV cells pushed out of slots by other prompts (--cache-ram).",
                                 stats.cache_ram_bytes)
-        yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode for the decode rows, one per prefill chunk).", stats.steps)
+        yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode for the decode rows, "
+                                  "one per prefill chunk).", stats.steps)
         yield CounterMetricFamily("llm_worker_engine_step_seconds", "Engine thread time in steps, idle excluded.",
                                   stats.step_s)
         yield CounterMetricFamily("llm_worker_engine_decode_seconds", "Of that, time inside llama_decode.",

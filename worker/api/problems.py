@@ -62,9 +62,11 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
         raise InvalidRequest([Problem("body", "valid JSON", f"the body is not valid UTF-8 JSON: {exc}")]) from None
     if not isinstance(body, dict):
-        raise InvalidRequest([Problem("body", "a JSON object", f"the body must be a JSON object, not {type(body).__name__}")])
+        raise InvalidRequest([Problem("body", "a JSON object",
+                                      f"the body must be a JSON object, not {type(body).__name__}")])
     if lone_surrogate:
-        raise InvalidRequest([Problem("body", "valid Unicode", "the body has a lone UTF-16 surrogate (\\ud800-\\udfff)")])
+        raise InvalidRequest([Problem("body", "valid Unicode",
+                                      "the body has a lone UTF-16 surrogate (\\ud800-\\udfff)")])
     return body
 
 
@@ -142,7 +144,8 @@ class Reader:
             self.problem(name, constraint, f"{name} must be a list of strings", value)
             return ()
         if len(value) > max_items:
-            self.problem(name, constraint, f"{name} has {len(value)} strings; at most {max_items} are allowed", len(value))
+            self.problem(name, constraint, f"{name} has {len(value)} strings; at most {max_items} are allowed",
+                         len(value))
             return ()
         too_long = [s for s in value if len(s.encode()) > max_bytes]
         if too_long:

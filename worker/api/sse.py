@@ -14,7 +14,8 @@ def encode(payload: Any) -> bytes:
     return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def open_stream(request: web.Request, status: int = 200, headers: dict[str, str] | None = None) -> web.StreamResponse:
+async def open_stream(request: web.Request, status: int = 200,
+                      headers: dict[str, str] | None = None) -> web.StreamResponse:
     response = web.StreamResponse(status=status, headers={
         "Content-Type": "text/event-stream",
         "Cache-Control": "no-cache",

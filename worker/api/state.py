@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from aiohttp import web
-
-from typing import TYPE_CHECKING, Callable
 
 from worker.api.metrics import Metrics
 from worker.api.progress import LoadingProgress

@@ -8,14 +8,15 @@ llama.cpp against the model's vocab (`check`), so the engine thread never meets 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable, Optional
+from typing import Any
 
 from worker.api.problems import Reader
 from worker.engine.constraints.json_schema import SchemaProblem, object_grammar, schema_grammar
 
 # Engine.grammar_problem: why llama.cpp refuses a grammar, or None. Passing no check skips it (no engine).
-GrammarCheck = Callable[[str], Optional[str]]
+GrammarCheck = Callable[[str], str | None]
 
 MAX_GRAMMAR_CHARS = 256 * 1024
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")

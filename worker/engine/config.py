@@ -11,8 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine.exactness.kv_plan import Attention, plan_attention
-from worker.engine.modes import SpecType
-from worker.engine.modes import CacheMode
+from worker.engine.modes import CacheMode, SpecType
 
 # --ubatch-size on the cpu backend. Its compute buffer, in RAM there, grows with the micro-batch (the attention
 # scores are ubatch x KV cells x heads floats): 256 holds ~24 MiB less than llama.cpp's 512 on the test model after
@@ -20,7 +19,7 @@ from worker.engine.modes import CacheMode
 CPU_UBATCH_SIZE = 256
 
 # --draft-max (llama-server's --spec-draft-n-max is 3 for a draft model, 48 for its n-gram lookups): long copied
-# runs are where drafts pay on the CPU (speculative/draft_rule.py), and the rule in speculative/draft_rule.py cuts each draft to what pays.
+# runs are where drafts pay on the CPU (speculative/draft_rule.py), and the rule there cuts each draft to what pays.
 DRAFT_MAX = 16
 # The most --draft-max (and a request's draft_max) may be: a step's rows grow with it.
 MAX_DRAFT = 64
@@ -49,7 +48,7 @@ class EngineConfig:
     max_queue: int = 64
     prefix_cache: CacheMode = CacheMode.EXACT
     cache_ram: int = 8192  # MiB of host memory for slots' cells dropped for other prompts (host_cache.py); 0: none
-    cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's choice (exactness/kv_plan.py)
+    cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's (exactness/kv_plan.py)
     cache_type_v: str | None = None
     flash_attn: str = "auto"  # one of FLASH_ATTN
     reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
@@ -66,7 +65,8 @@ class EngineConfig:
         object.__setattr__(self, "prefix_cache", CacheMode(self.prefix_cache))
         object.__setattr__(self, "spec_type", SpecType(self.spec_type))
 
-    def attention(self, head_size: int | None = None) -> Attention:
-        """Flash attention and the KV cells' types for this mode and backend (WorkerError for flags that clash)."""
+    def attention(self, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
+        """Flash attention and the KV cells' types for this mode and backend, and whether ggml's batch-invariant
+        switch is on (exactness/kv_plan.py; WorkerError for flags that clash)."""
         return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
-                              self.cache_type_k, self.cache_type_v, head_size)
+                              self.cache_type_k, self.cache_type_v, head_size, batch_invariant)

@@ -11,22 +11,22 @@ from typing import Any
 
 import structlog
 
-from worker.engine.prompt.chat_template import ChatTemplate
-from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
-from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
 from worker.engine.constraints.grammar import grammar_problem
-from worker.engine.handle import RequestHandle
-from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
+from worker.engine.core.loop import EngineLoop
+from worker.engine.core.runner import Events
+from worker.engine.core.scheduler import SchedulerStats
+from worker.engine.core.sequence import Sequence
+from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
 from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.exactness.guarantee import Guarantee, guarantee
-from worker.engine.core.loop import EngineLoop
-from worker.engine.core.scheduler import SchedulerStats
 from worker.engine.exactness.load_check import Numerics, measure
+from worker.engine.handle import RequestHandle
 from worker.engine.modes import CacheMode
+from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.output.reasoning import opens_in_prompt
+from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.prompt.chat_template import ChatTemplate
 from worker.engine.requests import ChatPrompt, Reasoning, Request
-from worker.engine.core.runner import Events
-from worker.engine.core.sequence import Sequence
 
 log = structlog.get_logger(__name__)
 
@@ -36,16 +36,18 @@ class Exactness:
     """What the prefix cache promises and why: said once at load (model_loaded) and on /health."""
 
     prefix_cache: str  # exact | fast | off
-    library: str  # the llama.cpp build loaded: default | no-llamafile | LLAMA_CPP_LIB_PATH (exactness/build_choice.py)
+    library: str  # the build loaded (exactness/build_choice.py): default | batch-invariant | LLAMA_CPP_LIB_PATH
+    ggml_batch_invariant: bool  # ggml's GGML_CPU_BATCH_INVARIANT switch on (exactness/ggml_switches.py)
     flash_attn: str  # on | off | auto (llama.cpp's choice, fast mode)
     cache_type_k: str
     cache_type_v: str
-    attention_pinned: bool  # flash attention held to its per-row kernel (exactness/kv_plan.py)
+    attention_pinned: bool  # flash attention held to one kernel per row whatever the batch (exactness/kv_plan.py)
     tiled_mm: bool  # ggml's tiled K-quant matmul allowed (exactness/ggml_switches.py)
     repack: bool  # weights repacked for the CPU's GEMM
     # The load-time check (exactness/load_check.py), exact mode only, on any backend; None: not measured (another mode).
     decoded_cells_exact: bool | None
     batch_invariant: bool | None
+    moved_cells_exact: bool | None  # cells loaded from host memory or copied between slots: as where they were made
     answers_reused: bool  # answers' cells reused: fast mode, or exact where the load-time check measured them equal
     speculative: str  # --spec-type: none | ngram | draft
     # Drafts cannot change the text: the load-time check found a sequence's rows decoded together equal to
@@ -60,7 +62,8 @@ class Engine:
     def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None,
                  template_kwargs: dict[str, Any] | None = None) -> None:
         self.model = model
-        self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text, eos_text=model.eos_text)
+        self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text,
+                                 eos_text=model.eos_text)
         self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
         self._loop = loop
         self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
@@ -107,6 +110,10 @@ class Engine:
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
                         "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type and backend "
                         "docs/cache-and-exactness.md lists as exact")
+        if engine.numerics.moved_cells_exact is False:
+            log.warning("exactness_limited", reason="cells loaded from host memory or copied from another slot gave "
+                        "other logits than where they were made in the load-time check: greedy text may depend on "
+                        "which slot a conversation's cells come from", fix="serve with --cache-ram 0 and --parallel 1")
         if engine.exactness.drafts_keep_text is False:
             log.warning("drafts_may_change_text", reason=engine._drafts_reason(),
                         fix="serve in exact mode on the cpu backend, or with --spec-type none")
@@ -130,7 +137,8 @@ class Engine:
             self.model.warm_up()
             self._steps.measure_passes()
             config = self.model.config
-            if config.prefix_cache is CacheMode.EXACT or (self._steps.speculator and config.prefix_cache is CacheMode.OFF):
+            mode = config.prefix_cache
+            if mode is CacheMode.EXACT or (self._steps.speculator and mode is CacheMode.OFF):
                 self.numerics = measure(self.model)
                 if self.numerics.answers_reusable:
                     self._steps.cache.trust_decoded_cells()
@@ -144,9 +152,10 @@ class Engine:
     @property
     def exactness(self) -> Exactness:
         attention, kernels, numerics = self.model.attention, self.model.kernels, self.numerics
-        return Exactness(self.model.config.prefix_cache.value, loaded_build(), attention.flash_attn,
-                         attention.cache_type_k, attention.cache_type_v, attention.pinned, kernels.tiled_mm,
-                         kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
+        return Exactness(self.model.config.prefix_cache.value, loaded_build(), kernels.batch_invariant,
+                         attention.flash_attn, attention.cache_type_k, attention.cache_type_v, attention.pinned,
+                         kernels.tiled_mm, kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
+                         numerics.moved_cells_exact,
                          # answers' cells reused: fast mode, or exact where the numerics allow (exactness/load_check.py)
                          self._steps.cache.every_cell, self.model.config.spec_type.value,
                          self._drafts_keep_text)
@@ -232,7 +241,7 @@ class Engine:
             fork.parent = parent
         handles = []
         for sequence in sequences:
-            sequence.handle = RequestHandle(sequence, self._steps.cancel)
+            sequence.handle = RequestHandle(partial(self._steps.cancel, sequence))
             handles.append(sequence.handle)
         self._steps.add(parent)
         return handles
@@ -283,7 +292,9 @@ class Engine:
     @staticmethod
     def _deliver(events: Events) -> None:
         for sequence, event in events:
-            sequence.handle.push(event)
+            handle = sequence.handle
+            assert handle is not None  # submit_choices gives each sequence its handle before it is queued
+            handle.push(event)
 
     def shutdown(self, timeout: float = 10.0) -> None:
         """Stop the engine thread; every open request ends with a CANCELLED Finished."""

@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
 
 from worker.engine.requests import Event, Finished
 
-if TYPE_CHECKING:
-    from worker.engine.core.scheduler import Sequence
-
 
 class RequestHandle:
-    def __init__(self, sequence: Sequence, cancel: Callable[[Sequence], None]) -> None:
-        self._sequence = sequence
-        self._cancel = cancel
+    def __init__(self, cancel: Callable[[], None]) -> None:
+        self._cancel = cancel  # asks the engine thread to end this request's sequence
         self._events: asyncio.Queue[Event] = asyncio.Queue()
         self.finished: Finished | None = None
 
@@ -25,7 +21,7 @@ class RequestHandle:
     def cancel(self) -> None:
         """Stop generating; the slot is freed at the engine's next step. Idempotent."""
         if self.finished is None:
-            self._cancel(self._sequence)
+            self._cancel()
 
     def __aiter__(self) -> RequestHandle:
         return self

@@ -37,7 +37,7 @@ class SamplingParams:
     # (lazy_grammar.py): tool_choice auto's calls.
     grammar_trigger: GrammarTrigger | None = None
     # A thinking model's reasoning ends after this many tokens: the end-of-thinking marker is written for it and
-    # the answer follows (runner.py). None: it thinks as long as it likes; 0: it answers at once.
+    # the answer follows (output/token_output.py). None: it thinks as long as it likes; 0: it answers at once.
     reasoning_budget: int | None = None
     # Speculative decoding: drafted tokens a step may verify for this request, at most the worker's --draft-max
     # (None: that); 0 turns drafting off. Drafts never change the text where the load-time check allows them.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
-from typing import Callable
+from collections.abc import Callable
 
 import aiohttp
 import structlog

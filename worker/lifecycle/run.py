@@ -6,22 +6,22 @@ import asyncio
 import os
 import signal
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
-from worker.api.orch import vram_bytes
+from worker.api.generation_fields import sampling_defaults
+from worker.api.orch.route import vram_bytes
 from worker.api.progress import LoadingProgress
-from worker.api.schemas import sampling_defaults
 from worker.engine import SamplingParams
 from worker.engine.exactness.build_choice import choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.settings import Settings
 from worker.source import ResolvedModel, load_registry
-from worker.source.resolve import as_gguf, fetch_model
 from worker.source.convert import Conversion, ProgressReport
+from worker.source.resolve import as_gguf, fetch_model
 
 if TYPE_CHECKING:
     from worker.engine import Engine
@@ -50,7 +50,9 @@ def _load(settings: Settings, progress: LoadingProgress,
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
     library = load_library(choose_library(model.path, config))
-    log.info("library_chosen", build=library.build, path=library.path, reason=library.reason)
+    # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
+    (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
+                                                    reason=library.reason)
     # The first import of llama_cpp, which loads the library just chosen.
     from worker.engine.engine import Engine
 
@@ -66,7 +68,7 @@ class WorkerLife:
         self.settings = settings
         self.loop = asyncio.get_running_loop()
         self.worker = WorkerState(settings, model_id=settings.model or "")
-        self.worker.progress = LoadingProgress(self.loop)
+        self.progress = self.worker.progress = LoadingProgress(self.loop)
         self.runner = web.AppRunner(
             build_app(self.worker), handler_cancellation=True, access_log=None,
         )
@@ -90,11 +92,12 @@ class WorkerLife:
             self.loop.add_signal_handler(sig, self._on_signal)
         tasks: list[asyncio.Task] = []
         try:
-            if not await self._load():
+            engine = await self._load()
+            if engine is None:
                 return
-            tasks = self._announce()
+            tasks = self._announce(engine)
             await self.stop.wait()
-            await self._drain()
+            await self._drain(engine)
         finally:
             for task in tasks:
                 task.cancel()
@@ -104,38 +107,41 @@ class WorkerLife:
             await self._final_heartbeat()
             await self.runner.cleanup()
 
-    async def _load(self) -> bool:
-        """Load and warm up while serving /health 503; False if a signal came first."""
-        loading = self.loop.run_in_executor(None, _load, self.settings, self.worker.progress, self.loop)
+    async def _load(self) -> Engine | None:
+        """Load and warm up while serving /health 503: the engine, or None if a signal came first."""
+        loading = self.loop.run_in_executor(None, _load, self.settings, self.progress, self.loop)
         stopping = asyncio.ensure_future(self.stop.wait())
-        done, _ = await asyncio.wait([loading, stopping], return_when=asyncio.FIRST_COMPLETED)
+        waiting: list[asyncio.Future[Any]] = [loading, stopping]
+        done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if loading not in done:
             log.info("stopped_while_loading")
-            return False
+            return None
         try:
             model, sampling, engine = loading.result()
         except Exception:
             self.worker.phase = Phase.ERROR
             raise  # a WorkerError ends serve with its one line
         finally:
-            self.worker.progress.finish()
+            self.progress.finish()
         self.worker.model_id, self.worker.sampling, self.worker.engine = model.model_id, sampling, engine
         self.worker.phase = Phase.READY
         log.info("ready", url=self.url, model=model.model_id, path=str(model.path))
-        return True
+        return engine
 
-    def _announce(self) -> list[asyncio.Task]:
-        settings, tasks = self.settings, []
+    def _announce(self, engine: Engine) -> list[asyncio.Task]:
+        settings = self.settings
+        tasks: list[asyncio.Task] = []
         if settings.callback_url:
-            tasks.append(asyncio.ensure_future(post_ready(settings.callback_url, self._ready_body(), settings.callback_timeout)))
+            ready = post_ready(settings.callback_url, self._ready_body(engine), settings.callback_timeout)
+            tasks.append(asyncio.ensure_future(ready))
         if settings.heartbeat_url:
             tasks.append(asyncio.ensure_future(
                 heartbeat_loop(settings.heartbeat_url, settings.heartbeat_interval, self._heartbeat_body)))
         return tasks
 
-    def _ready_body(self) -> dict:
-        settings, engine = self.settings, self.worker.engine
+    def _ready_body(self, engine: Engine) -> dict:
+        settings = self.settings
         return {
             "worker_id": settings.worker_id, "url": self.url, "uri": self.url,
             "model_ref": settings.model_ref or self.worker.model_id,
@@ -147,12 +153,12 @@ class WorkerLife:
     def _heartbeat_body(self) -> dict:
         state = self.worker.state
         status = state if state in ("idle", "busy", "draining") else "busy"
-        return heartbeat_body(self.settings.worker_id, self.worker.model_id, self.settings.engine.device, self.port, status)
+        return heartbeat_body(self.settings.worker_id, self.worker.model_id, self.settings.engine.device, self.port,
+                              status)
 
-    async def _drain(self) -> None:
+    async def _drain(self, engine: Engine) -> None:
         """Refuse new work (503), let admitted requests finish up to --drain-timeout, then cancel the rest."""
         self.worker.phase = Phase.DRAINING
-        engine = self.worker.engine
         deadline = self.loop.time() + self.settings.drain_timeout
         stats = engine.stats()
         log.info("draining", running=stats.running, waiting=stats.waiting, timeout_s=self.settings.drain_timeout)
@@ -171,8 +177,8 @@ async def serve(settings: Settings) -> None:
     config = settings.engine
     if config.backend != "cpu" or config.rpc_servers:
         # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
-        # one such a model gets; a cpu-only model's is chosen once the model is known (exactness/build_choice.py), and every
-        # build has the cpu backend.
+        # one such a model gets; a cpu-only model's is chosen once the model is known
+        # (engine/exactness/build_choice.py), and every build has the cpu backend.
         from worker.engine.native.backends import require_backend
         from worker.engine.native.rpc import check_rpc
 

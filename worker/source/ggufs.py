@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from gguf import LlamaFileType
@@ -27,10 +28,11 @@ _NOT_MODELS = re.compile(r"(^|/)mmproj[^/]*$", re.IGNORECASE)
 def human_bytes(n: int | None) -> str:
     if n is None:
         return "? B"
+    size: float = n
     for unit in ("B", "kB", "MB", "GB"):
-        if n < 1000 or unit == "GB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1000
+        if size < 1000 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
     raise AssertionError("unreachable")
 
 
@@ -64,7 +66,7 @@ class GgufChoice:
         return _has_token(self.name, quant)
 
 
-def gguf_choices(files: dict[str, int | None]) -> list[GgufChoice]:
+def gguf_choices(files: Mapping[str, int | None]) -> list[GgufChoice]:
     """The repo's GGUF models, from its file names and sizes; split parts become one choice."""
     groups: dict[tuple[str, int], list[str]] = {}
     for name in sorted(files):
@@ -76,7 +78,8 @@ def gguf_choices(files: dict[str, int | None]) -> list[GgufChoice]:
     choices = []
     for (_, count), parts in groups.items():
         sizes = [files[p] for p in parts]
-        size = None if None in sizes else sum(sizes)
+        known = [s for s in sizes if s is not None]
+        size = sum(known) if len(known) == len(sizes) else None
         choices.append(GgufChoice(tuple(parts), count, size))
     return sorted(choices, key=lambda c: (c.size or 0, c.name))  # smallest first, as people pick quants
 

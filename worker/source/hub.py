@@ -7,17 +7,22 @@ errors into one line that says what to do.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import httpx2
 import structlog
 from huggingface_hub import HfApi, constants, hf_hub_download, scan_cache_dir, snapshot_download, try_to_load_from_cache
 from huggingface_hub.errors import (
-    CacheNotFound, GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError, RemoteEntryNotFoundError,
-    RepositoryNotFoundError, RevisionNotFoundError,
+    CacheNotFound,
+    GatedRepoError,
+    HfHubHTTPError,
+    LocalEntryNotFoundError,
+    RemoteEntryNotFoundError,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
 )
 
 from worker.errors import WorkerError
@@ -36,8 +41,8 @@ FOLDER_FILES = ["*.json", "*.safetensors", "*.model", "*.txt", "*.tiktoken"]
 
 @dataclass(frozen=True)
 class RepoListing:
-    commit: str
-    files: dict[str, int | None]  # path in the repo -> size
+    commit: str | None  # None: the hub did not say (model_info's sha is optional)
+    files: Mapping[str, int | None]  # path in the repo -> size
     snapshot: Path | None = None  # set when listed from the local cache (hub unreachable or HF_HUB_OFFLINE)
 
 
@@ -110,7 +115,7 @@ def list_repo(source: HubSource) -> RepoListing:
         return cached
 
 
-def _is_folder_repo(files: dict[str, int | None]) -> bool:
+def _is_folder_repo(files: Mapping[str, int | None]) -> bool:
     return "config.json" in files and any(name.endswith(".safetensors") for name in files)
 
 
@@ -168,10 +173,12 @@ def cached_hub_files(source: HubSource) -> list[Path] | None:
         return None
     choices = gguf_choices(listing.files)
     if not choices and _is_folder_repo(listing.files):
+        assert listing.snapshot is not None  # a listing from the cache names its snapshot
         return [listing.snapshot]
     try:
         choice = pick(choices, source.ref, file=source.file, quant=source.quant)
     except WorkerError:
         return None
     paths = [try_to_load_from_cache(source.repo, name, revision=listing.commit) for name in choice.parts]
-    return [Path(p) for p in paths] if all(isinstance(p, str) for p in paths) else None
+    found = [p for p in paths if isinstance(p, str)]
+    return [Path(p) for p in found] if len(found) == len(paths) else None

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from huggingface_hub import constants, scan_cache_dir
 from huggingface_hub.errors import CacheNotFound

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import structlog
 from huggingface_hub.utils import tqdm as hf_tqdm
@@ -19,7 +20,7 @@ class DownloadProgress(hf_tqdm):
 
     file = ""  # set per download by for_file()
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["desc"] = self.file  # huggingface_hub's own label is the tail of the URL
         super().__init__(*args, **kwargs)
         self._bytes = kwargs.get("initial", 0)

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Union
+from typing import Any
 
 from worker.errors import WorkerError
 from worker.fields import MODEL_DEFAULTS
@@ -63,7 +64,7 @@ class HubSource:
         return f"hf:{self.repo}{file}{revision}"
 
 
-Source = Union[PackageSource, PathSource, HubSource]
+Source = PackageSource | PathSource | HubSource
 
 
 def _hub_table(table: dict[str, Any], origin: Path) -> dict[str, Any]:

@@ -15,8 +15,8 @@ from typing import Any
 from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
 from worker.api.budgets import thinking_budget
+from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.problems import Reader
-from worker.api.schemas import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.fields import ANTHROPIC_SAMPLING
@@ -66,7 +66,8 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
 
 
 def _conversation(r: Reader) -> tuple[list[Message], str]:
-    """The chat template's messages (the system prompt first) and the prefill, if the last message is the assistant's."""
+    """The chat template's messages (the system prompt first) and the prefill, if the last message is the
+    assistant's."""
     messages: list[Message] = []
     system = r.body.get("system")
     if system is not None and (blocks := _blocks(r, "system", system, _SYSTEM)) is not None:

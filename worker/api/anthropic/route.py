@@ -14,11 +14,12 @@ from worker.api import sse
 from worker.api.anthropic.blocks import Blocks
 from worker.api.anthropic.request import parse_messages
 from worker.api.budgets import thinks
-from worker.api.errors import UnknownModel, anthropic_error
+from worker.api.errors import FAILED_STATUS, anthropic_error
 from worker.api.feed import feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.generation_fields import ChatRequest
+from worker.api.preamble import admitted
 from worker.api.problems import parse_json_object
-from worker.api.schemas import ChatRequest, check_prompt_size, prompt_chars
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
 from worker.api.tools.plan import Turn, chat_turn
@@ -27,12 +28,9 @@ from worker.engine import Finished, FinishReason
 routes = web.RouteTableDef()
 
 STOP_REASONS = {FinishReason.EOS: "end_turn", FinishReason.LENGTH: "max_tokens", FinishReason.STOP: "stop_sequence"}
-# The other endings are failures: (HTTP status when nothing was sent yet, Anthropic's error type).
-_FAILURES = {
-    FinishReason.CANCELLED: (503, "overloaded_error"),
-    FinishReason.TIMEOUT: (504, "api_error"),
-    FinishReason.ERROR: (500, "api_error"),
-}
+# The other endings are failures (errors.FAILED_STATUS): Anthropic's error type for each.
+_FAILURE_TYPES = {FinishReason.CANCELLED: "overloaded_error", FinishReason.TIMEOUT: "api_error",
+                  FinishReason.ERROR: "api_error"}
 
 
 def _ending(finished: Finished, answer: Answer) -> dict[str, Any]:
@@ -49,8 +47,9 @@ def _usage(finished: Finished) -> dict[str, int]:
 
 
 def _failure(finished: Finished) -> tuple[int, dict[str, Any]]:
-    status, kind = _FAILURES[finished.reason]
-    return status, anthropic_error(kind, finished.reason.value, finished.message or finished.reason.value)
+    kind = _FAILURE_TYPES[finished.reason]
+    return FAILED_STATUS[finished.reason], anthropic_error(kind, finished.reason.value,
+                                                           finished.message or finished.reason.value)
 
 
 async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, message: dict[str, Any],
@@ -62,7 +61,7 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, m
         **message, "content": [], "stop_reason": None, "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": 0}}}, {"type": "ping"}])
     await feed(handle, answer, Blocks(), send, "thinking")
-    finished = handle.finished
+    finished = handle.ended
     if finished.reason not in STOP_REASONS:
         await send([_failure(finished)[1]])
         return response
@@ -77,9 +76,7 @@ async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatReque
     engine = worker.require_engine()
     chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
                           thinks(engine))
-    check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
-    if not worker.accepts_model(chat.model):
-        raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
+    admitted(worker, chat)
     return chat, chat_turn(engine, chat)
 
 
@@ -103,7 +100,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
             return await _stream(request, handle, answer, message, len(turn.prompt.tokens))
         blocks = Blocks()
         await feed(handle, answer, blocks, unsent, "thinking")
-        finished = handle.finished
+        finished = handle.ended
         if finished.reason not in STOP_REASONS:
             status, body = _failure(finished)
             return web.json_response(body, status=status)

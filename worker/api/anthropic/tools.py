@@ -59,7 +59,7 @@ def _function(r: Reader, field: str, tool: Any) -> Function | None:
     if isinstance(name, str) and not NAME.fullmatch(name):
         nested.problem("name", "^[a-zA-Z0-9_-]{1,64}$", "a tool name is 1 to 64 letters, digits, _ and -", name)
     r.problems += [replace(p, field=f"{field}.{p.field}") for p in nested.problems]
-    if nested.problems:
+    if nested.problems or not isinstance(schema, dict):  # (a schema that is not an object is one of them)
         return None
     return Function(name, description, schema)
 

@@ -1,5 +1,5 @@
 """OpenAI's Responses API, /v1/responses: request.py reads it, items.py writes the answer, store.py keeps stored
-responses, route.py serves it."""
+responses, route.py serves it, schema.py is its part of /openapi.json."""
 
 from worker.api.responses.route import routes, stores
 

@@ -20,7 +20,7 @@ Item = dict[str, Any]
 Event = dict[str, Any]  # without its sequence_number, which the sender numbers
 
 # A kind of streamed text: its item's id prefix, its empty item and content part, and its events' name.
-_KINDS = {
+_KINDS: dict[str, tuple[str, Item, dict[str, Any], str]] = {
     "reasoning": ("rs_", {"type": "reasoning", "summary": [], "content": []},
                   {"type": "reasoning_text", "text": ""}, "response.reasoning_text"),
     "text": ("msg_", {"type": "message", "role": "assistant", "content": []},
@@ -57,7 +57,7 @@ class OutputItems:
                                    part=dict(part))]
             item["content"].append(copy.deepcopy(part))
         self.items[-1]["content"][0]["text"] += text
-        delta = {"logprobs": []} if kind == "text" else {}
+        delta: dict[str, Any] = {"logprobs": []} if kind == "text" else {}
         return [*events, self._about(f"{name}.delta", item_id=self.items[-1]["id"], content_index=0, delta=text,
                                      **delta)]
 
@@ -84,7 +84,7 @@ class OutputItems:
         self._open = None
         item["status"] = status
         part = item["content"][0]
-        delta = {"logprobs": []} if part["type"] == "output_text" else {}
+        delta: dict[str, Any] = {"logprobs": []} if part["type"] == "output_text" else {}
         return [self._about(f"{name}.done", item_id=item["id"], content_index=0, text=part["text"], **delta),
                 self._about("response.content_part.done", item_id=item["id"], content_index=0, part=dict(part)),
                 self._about("response.output_item.done", item=copy.deepcopy(item))]

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any
 
-from worker.api.problems import InvalidRequest, Problem, Reader
+from worker.api.generation_fields import ChatRequest
+from worker.api.openai.request import parse_chat
+from worker.api.problems import InvalidRequest, Reader
 from worker.api.responses.store import Message, ResponseStore
-from worker.api.schemas import ChatRequest, parse_chat
 from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.fields import OPENAI_SAMPLING
@@ -77,6 +78,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
                        for p in refused.problems]
         chat = None
     r.done()
+    assert chat is not None  # else r.done() raised, with the chat's problems
     echoed = {"instructions": instructions, "previous_response_id": body.get("previous_response_id"),
               "metadata": metadata or {}, "max_output_tokens": body.get("max_output_tokens"),
               "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto",

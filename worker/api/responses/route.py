@@ -15,14 +15,14 @@ import structlog
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.errors import Failure, UnknownModel, openai_body
+from worker.api.errors import FAILED_STATUS, OPENAI_FAILURE_CODES, Failure, openai_body
 from worker.api.feed import ENDED, feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.preamble import admitted
 from worker.api.problems import Problem, parse_json_object
 from worker.api.responses.items import Event, OutputItems
 from worker.api.responses.request import ResponsesRequest, parse_responses
 from worker.api.responses.store import Message, ResponseStore, Stored
-from worker.api.schemas import check_prompt_size, prompt_chars
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
 from worker.api.tools.plan import chat_turn
@@ -31,10 +31,6 @@ from worker.engine import Finished, FinishReason
 log = structlog.get_logger(__name__)
 routes = web.RouteTableDef()
 RESPONSES = web.AppKey("responses", ResponseStore)
-
-# The other endings are failures: (HTTP status when nothing was sent yet, error code), as on the chat route.
-_FAILURES = {FinishReason.CANCELLED: (503, "cancelled"), FinishReason.TIMEOUT: (504, "timeout"),
-             FinishReason.ERROR: (500, "inference_failed")}
 
 
 def _usage(finished: Finished, reasoning_tokens: int) -> dict[str, Any]:
@@ -54,7 +50,7 @@ def _ended(response: dict[str, Any], items: OutputItems, finished: Finished, rea
 
 
 def _failure(finished: Finished) -> tuple[int, dict[str, Any]]:
-    status, code = _FAILURES[finished.reason]
+    status, code = FAILED_STATUS[finished.reason], OPENAI_FAILURE_CODES[finished.reason]
     return status, openai_body(Failure(status, code, [Problem("response", "completed", finished.message or code)]))
 
 
@@ -85,7 +81,7 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, r
                 {"type": "response.in_progress", "response": response}])
     items = OutputItems()
     reasoning_tokens = await feed(handle, answer, items, send, "reasoning")
-    finished = handle.finished
+    finished = handle.ended
     if finished.reason not in ENDED:
         error = _failure(finished)[1]["error"]
         await send([{"type": "response.failed", "response": {
@@ -106,9 +102,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     parsed = parse_responses(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
                              worker.settings.engine.parallel, engine.grammar_problem, store)
     chat = parsed.chat
-    check_prompt_size(*prompt_chars(chat), engine.n_ctx_seq)
-    if not worker.accepts_model(chat.model):
-        raise UnknownModel(f"model {chat.model!r} is not served here; this worker serves {worker.model_id!r}")
+    admitted(worker, chat)
     turn = chat_turn(engine, chat)
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": worker.model_id, "output": [], "error": None,
@@ -121,7 +115,7 @@ async def create(request: web.Request) -> web.StreamResponse:
             return await _stream(request, handle, answer, response, parsed)
         items = OutputItems()
         reasoning_tokens = await feed(handle, answer, items, unsent, "reasoning")
-        finished = handle.finished
+        finished = handle.ended
         if finished.reason not in ENDED:
             status, body = _failure(finished)
             return web.json_response(body, status=status)

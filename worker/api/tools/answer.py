@@ -9,8 +9,9 @@ the model has written it whole: streamed, as OpenAI's deltas, first its index, i
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from worker.api.tools.parse import Context, Syntax, scan
 

@@ -13,8 +13,9 @@ wake on the JSON that opens the answer, which is where parse.py reads their bare
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from worker.api.tools.parse import GENERIC, HERMES, HERMES_CLOSE, HERMES_OPEN, LLAMA_3, MISTRAL, Syntax
 
@@ -32,7 +33,7 @@ def _listed(calls: list[Schema], parallel: bool) -> Schema:
 @dataclass(frozen=True)
 class ToolFormat:
     name: str
-    marker: str | None  # text in a template's source that selects this format
+    marker: str | None  # text in a template's source that selects this format (None: the generic one, the fallback)
     syntax: Syntax
     arguments_key: str  # a call object is {"name": ..., <arguments_key>: {...}}
     # The JSON that forced calls are (each call's object given), and the text around it.
@@ -62,7 +63,7 @@ FORMATS = (HERMES_FORMAT, LLAMA_3_FORMAT, MISTRAL_FORMAT)
 
 
 def detect(template: str | None) -> ToolFormat:
-    return next((f for f in FORMATS if f.marker in (template or "")), GENERIC_FORMAT)
+    return next((f for f in FORMATS if f.marker is not None and f.marker in (template or "")), GENERIC_FORMAT)
 
 
 def lists_tools(template: str | None) -> bool:

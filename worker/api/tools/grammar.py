@@ -42,7 +42,9 @@ def call_grammar(fmt: ToolFormat, tools: Tools, lazy: bool = False) -> str:
               "required": ["name", fmt.arguments_key], "additionalProperties": False}
              for i, f in enumerate(functions)]
     grammar = schema_grammar({**fmt.body(calls, tools.parallel), "$defs": defs})
-    body = _ROOT.search(grammar)[1]
+    root = _ROOT.search(grammar)
+    assert root is not None  # the converter always writes a root rule
+    body = root[1]
     prefix = "" if lazy and fmt.token_prefix else fmt.prefix
     if prefix or fmt.suffix:
         envelope = _fresh_name(grammar, _ENVELOPE)

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 
 def _refuse_constant(name: str) -> None:
@@ -24,6 +25,13 @@ def _refuse_constant(name: str) -> None:
 # Strict JSON: NaN and Infinity would make arguments no JSON parser reads.
 _JSON = json.JSONDecoder(parse_constant=_refuse_constant)
 _SPACE = re.compile(r"\s*")
+
+
+def _skipped(pattern: re.Pattern[str], text: str, pos: int) -> int:
+    """Where `pattern`, one that also matches nothing (whitespace, a separator that may be absent), ends at `pos`."""
+    match = pattern.match(text, pos)
+    assert match is not None, f"{pattern.pattern!r} must match the empty string too"
+    return match.end()
 
 
 @dataclass(frozen=True)
@@ -55,7 +63,7 @@ class Opener:
     def match(self, text: str, pos: int, blank: bool) -> re.Match[str] | None:
         if not self.first:
             return self.pattern.search(text, pos)
-        return self.pattern.match(text, _SPACE.match(text, pos).end()) if blank else None
+        return self.pattern.match(text, _skipped(_SPACE, text, pos)) if blank else None
 
 
 @dataclass(frozen=True)
@@ -89,7 +97,7 @@ def scan(syntax: Syntax, text: str, *, final: bool, context: Context = Context()
     blank, after_call, gap = context.blank, context.after_call, context.gap
     content: list[str] = []
     calls: list[ToolCall] = []
-    pos = syntax.between.match(text).end() if after_call else 0
+    pos = _skipped(syntax.between, text, 0) if after_call else 0
 
     def settle(piece: str) -> None:
         nonlocal blank, after_call, gap
@@ -120,7 +128,7 @@ def scan(syntax: Syntax, text: str, *, final: bool, context: Context = Context()
             gap = gap or before[len(before.rstrip()):]
         calls.extend(region.calls)
         after_call = True
-        pos = syntax.between.match(text, region.end).end()
+        pos = _skipped(syntax.between, text, region.end)
     return Scan("".join(content), calls, pos, Context(blank, after_call, gap))
 
 
@@ -158,7 +166,7 @@ def _squeezed(text: str, limit: int) -> str:
 def _json_at(text: str, at: int) -> tuple[Any, int] | None:
     """The JSON object or array starting at `at` (after whitespace) and where it ends; None if there is none
     there (yet: a value cut short and a malformed one look the same until the answer ends)."""
-    at = _SPACE.match(text, at).end()
+    at = _skipped(_SPACE, text, at)
     if not text.startswith(("{", "["), at):
         return None
     try:
@@ -210,9 +218,9 @@ def _json_reader(calls: Callable[[Any], list[ToolCall | None] | None]) -> ReadFn
         decoded = _json_at(text, at)
         if decoded is None:
             return _unfinished(text, final)
-        found = calls(decoded[0])
-        ok = bool(found) and all(found)
-        return Read(decoded[1], tuple(found) if ok else ())
+        found = calls(decoded[0]) or []
+        read = tuple(call for call in found if call is not None)
+        return Read(decoded[1], read if found and len(read) == len(found) else ())
 
     return read
 
@@ -247,7 +255,7 @@ _COMMA = re.compile(r"\s*,")
 
 def _read_python_tag(text: str, at: int, final: bool) -> Read | None:
     """After <|python_tag|>: a JSON call, or a built-in tool's `name.call(key=value, ...)` (values in JSON)."""
-    if text.startswith("{", _SPACE.match(text, at).end()):
+    if text.startswith("{", _skipped(_SPACE, text, at)):
         return _read_llama_json(text, at, final)
     head = _BUILTIN.match(text, at)
     if head is None:
@@ -264,7 +272,7 @@ def _read_python_tag(text: str, at: int, final: bool) -> Read | None:
             pos = comma.end()
         keyword = _KEYWORD.match(text, pos)
         value = _value_at(text, keyword.end()) if keyword else None
-        if value is None:
+        if keyword is None or value is None:
             break
         arguments[keyword[1]], pos = value
     return _unfinished(text, final)
@@ -272,7 +280,7 @@ def _read_python_tag(text: str, at: int, final: bool) -> Read | None:
 
 def _value_at(text: str, at: int) -> tuple[Any, int] | None:
     """Any JSON value at `at`; a number is complete only once something follows it."""
-    at = _SPACE.match(text, at).end()
+    at = _skipped(_SPACE, text, at)
     try:
         value, end = _JSON.raw_decode(text, at)
     except ValueError:

@@ -7,13 +7,13 @@ For chat, the template's tool-call format decides the rest: how the tools and th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
 from functools import partial
+from typing import TYPE_CHECKING
 
 import structlog
 
+from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.problems import InvalidRequest, Problem
-from worker.api.schemas import ChatRequest, Generation
 from worker.api.tools.answer import Answers, CallStream, PlainText
 from worker.api.tools.formats import ToolFormat, detect
 from worker.api.tools.grammar import call_grammar

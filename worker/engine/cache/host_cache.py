@@ -3,7 +3,7 @@
 With more conversations than slots, a conversation's slot is given to another one between its turns, and its
 next turn would prefill its whole history again. llama-server keeps an evicted slot's state in RAM (`--cache-ram`,
 8 GiB by default) and loads it back into a slot when a prompt continues it; so does this. The cells come back as
-the same bytes (`llama_state_seq_get_data` / `llama_state_seq_set_data`, in runner.py), so exact mode's promise
+the same bytes (`llama_state_seq_get_data` / `llama_state_seq_set_data`, in cell_transfer.py), so exact mode's promise
 holds: only the cells the prefix cache may reuse in its mode are kept (prefix_cache.py), and a restored stream is
 reused as the slot it left would have been. The test model's cells take 17.7 KB each (K q8_0 and V f16, 30
 layers): a 1,000-token conversation is ~17 MB.
@@ -53,7 +53,7 @@ class HostCache:
             return
         tokens = saved.tokens
         kept = [entry for entry in self._entries if tokens[:len(entry.tokens)] != entry.tokens]
-        self._entries = self._newest_within(kept, self.limit_bytes - saved.size) + [saved]
+        self._entries = [*self._newest_within(kept, self.limit_bytes - saved.size), saved]
 
     def shrink(self) -> None:
         """Host memory ran out: hold at most 40 % of what is held now, dropping the oldest (as llama-server does)."""

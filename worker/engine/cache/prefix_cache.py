@@ -87,7 +87,8 @@ class PrefixCache:
         self.host = host if mode is not CacheMode.OFF else None  # None: dropped cells are gone
 
     def trust_decoded_cells(self) -> None:
-        """The numerics make answers' cells bitwise what prefill makes (exactness/load_check.py): exact may reuse them all."""
+        """The numerics make answers' cells bitwise what prefill makes (exactness/load_check.py): exact may reuse
+        them all."""
         if self.mode is CacheMode.EXACT:
             self.every_cell = True
 

@@ -13,8 +13,9 @@ import ctypes
 import os
 import sys
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import IO, Iterator
+from typing import IO
 
 import llama_cpp
 import numpy as np

@@ -16,14 +16,18 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from worker.lazy import standalone_module
 
-
-# Loaded from its file: the HTTP routes import this module at startup, before the worker chooses its llama.cpp build.
-_grammar = standalone_module("llama_cpp", "llama_grammar")
-RESERVED_NAMES, BuiltinRule, SchemaConverter = _grammar.RESERVED_NAMES, _grammar.BuiltinRule, _grammar.SchemaConverter
+if TYPE_CHECKING:  # the same classes, named so that a type checker can use them as types
+    from llama_cpp.llama_grammar import RESERVED_NAMES, BuiltinRule, SchemaConverter
+else:
+    # Loaded from its file: the HTTP routes import this module at startup, before the worker chooses its llama.cpp
+    # build.
+    _grammar = standalone_module("llama_cpp", "llama_grammar")
+    RESERVED_NAMES, BuiltinRule, SchemaConverter = (_grammar.RESERVED_NAMES, _grammar.BuiltinRule,
+                                                    _grammar.SchemaConverter)
 
 TYPES = ("string", "number", "integer", "boolean", "null", "object", "array")
 FORMATS = ("date", "time", "date-time", "uuid", "uuid1", "uuid2", "uuid3", "uuid4", "uuid5")
@@ -82,7 +86,7 @@ def schema_grammar(schema: Any) -> str:
     converter = _Converter(prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
     try:
         converter.visit(converter.resolve_refs(cleaned, ""), "")
-    except Exception as exc:  # noqa: BLE001 - a user's schema must never become a 500
+    except Exception as exc:
         raise SchemaProblem([("", f"the grammar converter failed on this schema: {exc!r}")]) from None
     return converter.format_grammar()
 

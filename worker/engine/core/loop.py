@@ -11,21 +11,20 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Callable
+from collections.abc import Callable
 
-from worker.engine.speculative.draft_model import DraftModel
-from worker.engine.modes import SpecType
-from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
-from worker.engine.errors import QueueFull
 from worker.engine.cache.host_cache import HostCache
-from worker.engine.native.model import LlamaModel
 from worker.engine.cache.prefix_cache import PrefixCache
-from worker.engine.modes import CacheMode
-from worker.engine.requests import FinishReason
-from worker.engine.core.runner import Events, ModelRunner, finished_event
+from worker.engine.core.runner import Events, ModelRunner
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.errors import QueueFull
+from worker.engine.modes import CacheMode, SpecType
+from worker.engine.native.model import LlamaModel
+from worker.engine.output.token_output import finished_event
+from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
+from worker.engine.requests import FinishReason
+from worker.engine.speculative.draft_model import DraftModel
 from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]
@@ -112,7 +111,7 @@ class EngineLoop:
     def measure_passes(self) -> None:
         """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes)."""
         if self.speculator:
-            self._runner.measure_passes()
+            self._runner.measure_passes(self.speculator)
 
     def run(self) -> None:
         try:
@@ -138,15 +137,17 @@ class EngineLoop:
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
             plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)
-            embeds = self._embedder.plan(self._embeds) if self._embeds else []
+            # Only an engine loaded with embeddings (an embedder) takes embedding jobs.
+            embedder = self._embedder
+            embeds = embedder.plan(self._embeds) if self._embeds and embedder is not None else []
             if self._running or self._waiting:
                 self._busy_until = time.monotonic()
         self._runner.run(plan, events)
         self._collect_finished()
         if events:
             self._dispatch(events)
-        if embeds:  # after the step's tokens are on their way
-            self._embedder.run(embeds)
+        if embeds and embedder is not None:  # after the step's tokens are on their way
+            embedder.run(embeds)
         steps, step_s, _ = self._totals
         self._totals = (steps + 1, step_s + time.perf_counter() - started, self._runner.decode_s)
         return True
@@ -209,6 +210,7 @@ def speculator(model: LlamaModel) -> Speculator | None:
     if config.spec_type is SpecType.NONE or config.draft_max == 0:
         return None
     if config.spec_type is SpecType.DRAFT:
+        assert config.model_draft is not None, "--spec-type draft needs --model-draft (settings.py refuses it without)"
         return Speculator(config, DraftModel(config.model_draft, config, model))
     return Speculator(config, PromptLookup())
 

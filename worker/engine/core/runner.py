@@ -1,30 +1,31 @@
-"""Carries out a StepPlan on the llama context: fill batches, decode, sample, detokenize, retire.
+"""Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire.
 
 Runs on the engine thread only. Each prefill chunk is its own llama_decode call
 and all decode rows share one (see scheduler.py for why); every row that wants
-logits is sampled right after its call, by the sequence's own native chain.
+logits is sampled right after its call, by the sequence's own native chain, and
+what the token adds to the answer is output/token_output.py's job; cells moved
+between slots and host memory are cache/cell_transfer.py's.
 """
 
 from __future__ import annotations
 
-import ctypes
 import time
 from dataclasses import dataclass
 
 import llama_cpp
 import structlog
 
-from worker.engine.cache.host_cache import MIB, SavedCells
-from worker.engine.output.logprobs import LogprobReader
-from worker.engine.native.model import LlamaModel
+from worker.engine.cache.cell_transfer import CellTransfer
 from worker.engine.cache.prefix_cache import PrefixCache, Settle
-from worker.engine.modes import CacheMode
-from worker.engine.requests import Event, Finished, FinishReason, PromptLogprobs, TokenEvent, TokenLogprob
-from worker.engine.output.sampler import Sampler
 from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
-from worker.engine.output.detokenizer import StreamingText
-from worker.engine.output.reasoning import END_OF_THINKING, ThinkingSplit
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.modes import CacheMode
+from worker.engine.native.model import LlamaModel
+from worker.engine.output.logprobs import LogprobReader
+from worker.engine.output.reasoning import END_OF_THINKING
+from worker.engine.output.sampler import Sampler
+from worker.engine.output.token_output import TokenOutput, finished_event
+from worker.engine.requests import Event, FinishReason, PromptLogprobs
 from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
@@ -54,11 +55,10 @@ class ModelRunner:
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
-        self._end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
+        end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
+        self._output = TokenOutput(end_of_thinking, model.is_eog, model.piece)
+        self._cells = CellTransfer(model, cache)
         self.decode_s = 0.0  # cumulative time inside llama_decode
-        # Slots in a stream copy llama.cpp has not carried out yet (it does at the next llama_decode): their bytes
-        # are not what their cells will hold, so they are neither saved to host memory nor loaded into.
-        self._copying: set[int] = set()
 
     def close(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
@@ -66,15 +66,14 @@ class ModelRunner:
     def start(self, admission: Admission) -> None:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
         seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
-        self._save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
+        self._cells.save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
         self.cache.claim(slot)
         if admission.source is not None:
             # llama.cpp copies another slot's stream only whole, before the next llama_decode: the source's
             # cells up to now, which its own next token does not touch.
-            llama_cpp.llama_memory_seq_cp(self.model.memory, admission.source, slot, -1, -1)
-            self._copying.update((admission.source, slot))
+            self._cells.copy(admission.source, slot)
         if admission.saved is not None:
-            reuse = self._restore(slot, admission)
+            reuse = self._cells.restore(slot, admission.saved, admission.reuse)
         # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them.
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
@@ -83,36 +82,6 @@ class ModelRunner:
         seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, seq.prompt)
         if self.speculator:
             self.speculator.start(seq)
-        reasoning = seq.request.reasoning
-        seq.text = StreamingText(seq.request.stop, ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
-
-    def _save_dropped(self, slot: int, kept: int) -> None:
-        """Save the cells a request taking `slot` drops (all past its first `kept`) to host memory, if worth it."""
-        record = self.cache.worth_saving(slot, kept)
-        if record is None or slot in self._copying:
-            return
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
-        size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
-        try:
-            data = (ctypes.c_uint8 * size)()
-        except MemoryError:  # the machine has less to spare than --cache-ram says: hold less from now on
-            self.cache.host.shrink()
-            log.warning("cache_ram_reduced", limit_mib=self.cache.host.limit_bytes // MIB, bytes_not_saved=size)
-            return
-        if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
-            self.cache.host.add(SavedCells(record.tokens, record.exact, data))
-            log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
-
-    def _restore(self, slot: int, admission: Admission) -> int:
-        """Load the admission's saved cells into its slot: the cells it reuses (0 where it cannot). llama.cpp
-        empties the slot before loading, and again if the load fails."""
-        saved = admission.saved
-        if slot not in self._copying and \
-                llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
-            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
-            return admission.reuse
-        self.cache.host.add(saved)  # still whole in host memory: another prompt may find it
-        return 0
 
     def run(self, plan: StepPlan, events: Events) -> None:
         if plan.decode:
@@ -125,7 +94,8 @@ class ModelRunner:
     def _decode_step(self, decode: list[Sequence], events: Events) -> None:
         """One row for each generating sequence, each followed by its draft if it drafts (speculative/speculator.py)."""
         began = time.perf_counter()
-        drafts = self.speculator.drafts(decode) if self.speculator else {}
+        speculator = self.speculator
+        drafts = speculator.drafts(decode) if speculator else {}
         steps = [(seq, drafts.get(seq, [])) for seq in decode]
         rows = []
         for seq, draft in steps:
@@ -136,19 +106,22 @@ class ModelRunner:
             return
         seconds = self.decode_s - started
         self.pace.observe_decode(seconds)
-        if self.speculator:
-            self.speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
+        if speculator:
+            speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
         now, row, generated = time.monotonic(), 0, 0
         for seq, draft in steps:
-            generated += self._verify(seq, draft, row, now, events)
+            accepted = self._verify(seq, draft, row, now, events)
+            if draft and speculator:  # (drafts come only from the speculator)
+                speculator.verified(seq, len(draft), accepted)
+            generated += 1 + accepted
             row += 1 + len(draft)
-        if self.speculator:
-            self.speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
+        if speculator:
+            speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
     def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
         logits are then those of the tokens the sequence really has, and its sample is the next token. Returns
-        the tokens generated."""
+        the drafted tokens accepted (the tokens generated are one more)."""
         accepted = 0
         seq.n_past += 1
         token = self._sample(seq, row, now, events)
@@ -159,15 +132,14 @@ class ModelRunner:
         if draft:
             # The rejected tokens' cells: nothing may read or reuse them.
             llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, seq.n_past, -1)
-            self.speculator.verified(seq, len(draft), accepted)
-        return accepted + 1
+        return accepted
 
-    def measure_passes(self) -> None:
+    def measure_passes(self, speculator: Speculator) -> None:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
         machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread."""
         batch, slot = self._batch, 0
         for rows in CALIBRATION_ROWS:
-            if rows > self.speculator.draft_max + 1:
+            if rows > speculator.draft_max + 1:
                 break
             for _ in range(2):
                 for i in range(rows):
@@ -176,7 +148,7 @@ class ModelRunner:
                 batch.n_tokens = rows
                 started = time.perf_counter()
                 if llama_cpp.llama_decode(self.model.ctx, batch) == 0:
-                    self.speculator.observe_call([(slot, rows)], time.perf_counter() - started)
+                    speculator.observe_call([(slot, rows)], time.perf_counter() - started)
                 llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
 
     def _settle(self, settle: Settle) -> None:
@@ -198,7 +170,8 @@ class ModelRunner:
     def _prefill(self, chunk: Chunk, events: Events) -> None:
         seq = chunk.sequence
         prompt = seq.prompt
-        scored = seq.request.prompt_logprobs is not None
+        n_top = seq.request.prompt_logprobs  # None: the prompt is not scored
+        scored = n_top is not None
         rows = [Row(prompt[pos], pos, seq, scored or (chunk.completes_prompt and pos == chunk.end - 1))
                 for pos in range(chunk.start, chunk.end)]
         started = self.decode_s
@@ -208,8 +181,8 @@ class ModelRunner:
         if self.speculator:
             self.speculator.observe_call([(seq.slot, len(rows))], self.decode_s - started)
         seq.n_past = chunk.end
-        if scored:
-            self._score_prompt(chunk)
+        if n_top is not None:
+            self._score_prompt(chunk, n_top)
         if chunk.completes_prompt:
             now, row = time.monotonic(), len(rows) - 1
             for fork in seq.forks:
@@ -224,21 +197,20 @@ class ModelRunner:
                 return
             self._sample(seq, row, now, events)
 
-    def _score_prompt(self, chunk: Chunk) -> None:
+    def _score_prompt(self, chunk: Chunk, n_top: int) -> None:
         """Each chunk row's logits score the prompt token after it (the last row's score the answer's first).
 
         These are the rows of the chunk's own llama_decode call, read before the next call replaces them: the
         same aligned chunks a prompt is always prefilled in, so the scores are what one-by-one decoding of
         those tokens reports (docs/cache-and-exactness.md: aligned prefill matches single-token decode)."""
         seq = chunk.sequence
-        prompt, n_top = seq.prompt, seq.request.prompt_logprobs
+        prompt = seq.prompt
         for row, pos in enumerate(range(chunk.start, min(chunk.end, len(prompt) - 1))):
             seq.prompt_logprobs.append(self._logprobs.read(row, prompt[pos + 1], n_top))
 
     def _fork(self, parent: Sequence, fork: Sequence) -> None:
         """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
-        llama_cpp.llama_memory_seq_cp(self.model.memory, parent.slot, fork.slot, -1, -1)
-        self._copying.update((parent.slot, fork.slot))
+        self._cells.copy(parent.slot, fork.slot)
         fork.n_past, fork.cached = parent.n_past, parent.cached
         fork.state = SequenceState.DECODING
 
@@ -246,9 +218,11 @@ class ModelRunner:
         """Draw the sequence's next token from logits row `row` with its own chain (None: none, it retired)."""
         thinking = seq.text.thinking
         reasoning = thinking is not None and thinking.in_reasoning
-        token = self._written(seq, reasoning)
+        token = self._output.forced_token(seq, reasoning)
         if token is None:
-            token = seq.sampler.sample(self.model.ctx, row, constrained=not reasoning)
+            sampler = seq.sampler
+            assert sampler is not None  # start gives it its chain; retired, it samples no more
+            token = sampler.sample(self.model.ctx, row, constrained=not reasoning)
             if reasoning:
                 seq.thought += 1
         if token is None:  # the grammar allows no token here (it needs text no token spells)
@@ -257,21 +231,13 @@ class ModelRunner:
             return None
         if seq.request.logprobs is not None and not self.model.is_eog(token):
             seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
-        self._on_token(seq, token, now, events)
-        return token
-
-    def _written(self, seq: Sequence, reasoning: bool) -> int | None:
-        """The end-of-thinking marker's next token, once the reasoning has spent its budget (None: sample).
-
-        The marker is written whole, one token a step, as if sampled (the logits row still scores it for
-        logprobs); the grammar, which waits for the answer, does not see it."""
-        budget = seq.request.sampling.reasoning_budget
-        if not seq.forced and reasoning and budget is not None and seq.thought >= budget:
-            seq.forced = list(self._end_of_thinking)
-        if not seq.forced:
-            return None
-        token = seq.forced.pop(0)
-        seq.sampler.accept(token)
+        event, reason = self._output.append(seq, token, now)
+        if seq.draft is not None and self.speculator is not None:  # (draft states come only from the speculator)
+            self.speculator.generated(seq, token)
+        if event is not None:
+            events.append((seq, event))
+        if reason is not None:
+            self.retire(seq, reason, events)
         return token
 
     def _decode(self, rows: list[Row], events: Events) -> bool:
@@ -299,35 +265,8 @@ class ModelRunner:
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, batch)
         self.decode_s += time.perf_counter() - started
-        self._copying.clear()
+        self._cells.decoded()
         return rc
-
-    def _on_token(self, seq: Sequence, token: int, now: float, events: Events) -> None:
-        seq.generated.append(token)
-        if seq.draft is not None:
-            self.speculator.generated(seq, token)
-        seq.last_token_at = now
-        if len(seq.generated) == 1:
-            seq.first_token_at = now
-        text = seq.text
-        if self.model.is_eog(token):
-            reason = FinishReason.EOS
-            out = text.flush()
-        else:
-            out = text.feed(self.model.piece(token))
-            if text.matched is not None:
-                reason = FinishReason.STOP
-            elif len(seq.generated) >= seq.request.max_tokens:
-                reason = FinishReason.LENGTH
-                out += text.flush()
-            else:
-                reason = None
-        reasoning = text.take_reasoning()
-        if out or reasoning:
-            released = _released(seq, reasoning + out, reason)
-            events.append((seq, TokenEvent(out, len(seq.generated), released, reasoning)))
-        if reason is not None:
-            self.retire(seq, reason, events)
 
     def retire(self, seq: Sequence, reason: FinishReason, events: Events, message: str = "") -> None:
         """Leave the slot: free the chain; keep the cells for the prefix cache, or drop them."""
@@ -349,34 +288,3 @@ class ModelRunner:
         seq.state = SequenceState.FINISHED
         events.append((seq, finished_event(seq, reason, message)))
 
-
-def _released(seq: Sequence, text: str, reason: FinishReason | None) -> tuple[TokenLogprob, ...]:
-    """The pending logprob entries that `text` releases: all of them, but at a stop string only the
-    tokens that reach into the released text (the rest spelled the stop string, which is not output)."""
-    pending, seq.logprobs = seq.logprobs, []
-    if reason is not FinishReason.STOP:
-        return tuple(pending)
-    covered, budget = [], len(text.encode())
-    for entry in pending:
-        if budget <= 0:
-            break
-        covered.append(entry)
-        budget -= len(entry.piece)
-    return tuple(covered)
-
-
-def finished_event(seq: Sequence, reason: FinishReason, message: str) -> Finished:
-    first = seq.first_token_at
-    return Finished(
-        reason=reason,
-        prompt_tokens=len(seq.prompt),
-        completion_tokens=len(seq.generated),
-        cached_tokens=seq.cached,
-        stop_sequence=seq.text.matched if seq.text else None,
-        message=message,
-        queue_s=(seq.admitted_at or time.monotonic()) - seq.submitted_at,
-        ttft_s=first - seq.submitted_at if first else 0.0,
-        decode_s=seq.last_token_at - first if first else 0.0,
-        draft_tokens=seq.draft.drafted if seq.draft else 0,
-        draft_accepted=seq.draft.accepted if seq.draft else 0,
-    )

@@ -25,7 +25,6 @@ from worker.engine.cache.host_cache import SavedCells
 from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
 from worker.engine.core.sequence import Sequence, SequenceState
 
-
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
 # has the same aim). The arrivals workload of `bench/run.py throughput` (8 streams, new 400-token prompts), test
 # model, 2 cores: factor 2: ITL p50/p99 111/143 ms, TTFT p50 1,988 ms, 63 tok/s; 4: 80/211, 1,294, 66; 8: 37/371,
@@ -141,7 +140,9 @@ class Scheduler:
             waiting.remove(sequence)
             free_slots.remove(choice.slot)
             if choice.saved is not None:  # this request's now: no other may load it too
-                self.cache.host.take(choice.saved)
+                host = self.cache.host
+                assert host is not None  # saved cells come from the host cache
+                host.take(choice.saved)
             admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source, choice.saved))
             prefilling.append(sequence)  # from this step on: a burst's later requests wait for its cells
             for fork in sequence.forks:

@@ -8,12 +8,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from worker.engine.output.detokenizer import StreamingText
+from worker.engine.output.reasoning import ThinkingSplit
 from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
-    from worker.engine.speculative.draft_rule import DraftState
     from worker.engine.handle import RequestHandle
     from worker.engine.output.sampler import Sampler
+    from worker.engine.speculative.draft_rule import DraftState
 
 
 class SequenceState(enum.Enum):
@@ -32,8 +33,8 @@ class Sequence:
     state: SequenceState = SequenceState.WAITING
     cancelled: bool = False
     slot: int = -1
-    sampler: Sampler | None = None
-    text: StreamingText | None = None
+    sampler: Sampler | None = None  # its native chain, while it holds a slot (runner.py: start to retire)
+    text: StreamingText = field(init=False)  # its answer's text so far, from its request's stop strings and reasoning
     n_past: int = 0  # leading tokens of prompt + generated already in the slot's KV stream
     cached: int = 0  # of the prompt, tokens whose KV the prefix cache supplied
     generated: list[int] = field(default_factory=list)  # sampled tokens; the last is not in the KV yet
@@ -49,6 +50,11 @@ class Sequence:
     admitted_at: float = 0.0
     first_token_at: float = 0.0
     last_token_at: float = 0.0
+
+    def __post_init__(self) -> None:
+        reasoning = self.request.reasoning
+        self.text = StreamingText(self.request.stop,
+                                  ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
 
     @property
     def prompt(self) -> list[int]:

@@ -34,7 +34,8 @@ def guarantee(mode: CacheMode, numerics: Numerics, backend: str, rpc: bool) -> G
     checked = numerics.batch_invariant is not None
     if backend != "cpu" or rpc:
         measured = (f"it measured decoded_cells_exact={numerics.decoded_cells_exact}, "
-                    f"batch_invariant={numerics.batch_invariant} in the shapes it tried" if checked else "it did not run")
+                    f"batch_invariant={numerics.batch_invariant} in the shapes it tried"
+                    if checked else "it did not run")
         return Guarantee("measured", f"on {where} llama.cpp picks kernels by batch shape, which the load-time check "
                                      f"cannot cover ({measured}): greedy text may depend on the requests beside it "
                                      "and on how a prompt was cut; --parallel 1 keeps requests apart")
@@ -42,6 +43,6 @@ def guarantee(mode: CacheMode, numerics: Numerics, backend: str, rpc: bool) -> G
         return Guarantee("cache-only", f"on {where} a row's logits moved with the rows beside it in the load-time "
                                        "check: greedy text does not depend on the prompt cache, but may on the "
                                        "requests beside it")
-    return Guarantee("bitwise", f"on {where} every row takes one kernel path whatever its batch"
-                                f"{', and the load-time check agreed' if checked else ' (the load-time check did not run)'}"
+    agreed = ", and the load-time check agreed" if checked else " (the load-time check did not run)"
+    return Guarantee("bitwise", f"on {where} every row takes one kernel path whatever its batch{agreed}"
                                 ": greedy text depends neither on the prompt cache nor on the requests beside it")

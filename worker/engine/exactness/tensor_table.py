@@ -1,10 +1,10 @@
 """A GGUF's tensor names and ggml types, read from its header without loading llama.cpp or any weight.
 
-The worker chooses its llama.cpp library (exactness/build_choice.py) and ggml settings (exactness/ggml_switches.py) from these before llama_cpp is
-imported, so ggml's own reader is out of reach. gguf-py's GGUFReader turns every metadata value into numpy arrays
-first (and loads numpy): 1.5 s for the test model's 49k-token vocabulary, 14 s for a 262k one. This walks past the
-metadata values (their sizes only) to the tensor table, in milliseconds. Layout: ggml's docs/gguf.md, little-endian,
-versions 2 and 3.
+The worker chooses its llama.cpp library (build_choice.py) and ggml settings (ggml_switches.py) from these before
+llama_cpp is imported, so ggml's own reader is out of reach. gguf-py's GGUFReader turns every metadata value into
+numpy arrays first (and loads numpy): 1.5 s for the test model's 49k-token vocabulary, 14 s for a 262k one. This
+walks past the metadata values (their sizes only) to the tensor table, in milliseconds. Layout: ggml's docs/gguf.md,
+little-endian, versions 2 and 3.
 """
 
 from __future__ import annotations

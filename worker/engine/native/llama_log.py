@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ctypes
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Callable, Iterator
 
 import llama_cpp
 import structlog

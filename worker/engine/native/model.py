@@ -10,11 +10,12 @@ from pathlib import Path
 import llama_cpp
 import structlog
 
+from worker.engine.config import EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
+from worker.engine.exactness.build_choice import loaded_library
+from worker.engine.modes import CacheMode
 from worker.engine.native import llama_log
 from worker.engine.native.backends import ggml, require_backend
-from worker.engine.config import EngineConfig
-from worker.engine.modes import CacheMode
 from worker.engine.native.rpc import rpc_devices
 from worker.errors import WorkerError
 from worker.progress import ProgressFn
@@ -82,9 +83,11 @@ class LlamaModel:
         device = require_backend(config.backend, config.device)
         self.path = path
         self.config = config
-        # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend (exactness/ggml_switches.py).
+        # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend
+        # (exactness/ggml_switches.py).
         row_invariant = config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
-        self.kernels = kernels.choose_kernels(path, row_invariant)
+        switch_on = row_invariant and kernels.switch_is_on(loaded_library())
+        self.kernels = kernels.choose_kernels(path, row_invariant, switch_on)
         kernels.apply(self.kernels)
         # The devices that take layers: this machine's GPU (none for cpu) and the rpc servers' ones.
         local = [ggml().ggml_backend_dev_get(device.index)] if device else []
@@ -93,10 +96,12 @@ class LlamaModel:
         with llama_log.listening(buffers):
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
-            self.attention = config.attention(self._head_size_k())
+            self.attention = config.attention(self._head_size_k(), self.kernels.batch_invariant)
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
-            self.embed_ctx, self.embed_n_batch = self._new_embedding_context(config) if self.pooling else (None, 0)
+            self.embed_ctx: llama_cpp.llama_context_p | None  # the embedding context, with --embeddings
+            self.embed_ctx, self.embed_n_batch = (self._new_embedding_context(config, self.pooling) if self.pooling
+                                                  else (None, 0))
         self.device_bytes = buffers.bytes  # weights, KV cells and compute buffers off this machine's RAM
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
@@ -159,7 +164,7 @@ class LlamaModel:
                     f"V cache {attention.cache_type_v}, flash attention {attention.flash_attn}",
             "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn")
 
-    def _new_embedding_context(self, config: EngineConfig) -> tuple[llama_cpp.llama_context_p, int]:
+    def _new_embedding_context(self, config: EngineConfig, pooling: str) -> tuple[llama_cpp.llama_context_p, int]:
         """The context /v1/embeddings decodes in, on the same weights; and the most tokens one decode (and so
         one input) may hold: pooling reads a whole input from one ubatch, so batch = ubatch = KV cells."""
         size = min(config.ubatch_size, config.batch_size, self.n_ctx_train)
@@ -169,7 +174,7 @@ class LlamaModel:
         # One stream all a decode's inputs share, each its own sequence: cleared after every decode.
         params.kv_unified = True
         params.embeddings = True
-        params.pooling_type = POOLING[self.pooling]
+        params.pooling_type = POOLING[pooling]
         params.n_threads = params.n_threads_batch = config.threads
         params.no_perf = True
         # The same attention as generation: with flash attention held to its per-row kernel, each input's vector

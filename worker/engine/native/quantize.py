@@ -8,8 +8,8 @@ from pathlib import Path
 import llama_cpp
 import structlog
 
-from worker.engine.native import llama_log
 from worker.engine.config import default_threads
+from worker.engine.native import llama_log
 from worker.errors import WorkerError
 from worker.progress import ProgressFn
 

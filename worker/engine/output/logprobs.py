@@ -7,6 +7,8 @@ chain only decides which token was drawn.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import llama_cpp
 import numpy as np
 
@@ -14,7 +16,7 @@ from worker.engine.requests import Alternative, TokenLogprob
 
 
 class LogprobReader:
-    def __init__(self, ctx: llama_cpp.llama_context_p, n_vocab: int, piece) -> None:
+    def __init__(self, ctx: llama_cpp.llama_context_p, n_vocab: int, piece: Callable[[int], bytes]) -> None:
         self._ctx = ctx
         self._n_vocab = n_vocab
         self._piece = piece  # token -> bytes

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import llama_cpp
 
-from worker.engine.output.seeded_draw import SeededDraw, random_seed
 from worker.engine.constraints.grammar import GrammarSampler
 from worker.engine.constraints.lazy_grammar import LazyGrammar
+from worker.engine.output.seeded_draw import SeededDraw, random_seed
 from worker.engine.requests import SamplingParams
 
 
@@ -46,6 +46,7 @@ def build_chain(params: SamplingParams, n_vocab: int,
     if params.min_p > 0.0:
         add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
     add(llama_cpp.llama_sampler_init_temp(params.temperature))
+    assert draw is not None  # Sampler gives every sampled (temperature > 0) request its draw
     add(draw.sampler)
     return chain, penalized
 
@@ -59,7 +60,8 @@ class Sampler:
     def __init__(self, params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int,
                  prompt: list[int]) -> None:
         # Kept here: the draw's Python callback must live as long as the chain that calls it.
-        self._draw = SeededDraw(random_seed() if params.seed is None else params.seed) if params.temperature > 0 else None
+        seed = random_seed() if params.seed is None else params.seed
+        self._draw = SeededDraw(seed) if params.temperature > 0 else None
         self.chain, penalized = build_chain(params, n_vocab, self._draw)
         if penalized:  # penalties look back over the prompt too, as llama-server's do
             for token in prompt[-params.repeat_last_n:]:

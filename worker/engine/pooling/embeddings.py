@@ -16,8 +16,8 @@ from __future__ import annotations
 import math
 from array import array
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import llama_cpp
 import structlog
@@ -47,11 +47,11 @@ class EmbeddingJob:
     finish: Callable[[Outcome], None]
     cancelled: bool = False  # the caller stopped waiting: inputs not yet decoded are skipped
     planned: int = 0  # inputs handed to a decode so far
-    vectors: list[Vector | None] = field(init=False)
+    vectors: dict[int, Vector] = field(init=False)  # by input index, as they are decoded
     remaining: int = field(init=False)
 
     def __post_init__(self) -> None:
-        self.vectors = [None] * len(self.inputs)
+        self.vectors = {}
         self.remaining = len(self.inputs)
 
 
@@ -121,7 +121,7 @@ class Embedder:
             if rc != 0:
                 self._fail(job, EmbeddingFailed(f"llama_decode failed with status {rc}"))
             elif job.remaining == 0 and not job.cancelled:
-                job.finish(job.vectors)
+                job.finish([job.vectors[index] for index in range(len(job.inputs))])
 
     def _put(self, row: int, token: int, pos: int, seq: int) -> None:
         batch = self._batch

@@ -11,15 +11,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
 
 import llama_cpp
 
 from worker.engine.config import EngineConfig
-from worker.engine.speculative.draft_rule import Offer
-from worker.engine.modes import SpecType
-from worker.engine.native.model import LlamaModel
-from worker.engine.modes import CacheMode
 from worker.engine.core.sequence import Sequence
+from worker.engine.modes import CacheMode, SpecType
+from worker.engine.native.model import LlamaModel
+from worker.engine.speculative.draft_rule import DraftState, Offer
 from worker.errors import WorkerError
 
 # The prior acceptance of a draft model's tokens (drafts.Acceptance): a draft model of the same family agrees
@@ -29,7 +29,7 @@ KIND = 0  # a draft model's drafts are all of one kind
 
 
 class DraftModel:
-    priors = {KIND: DRAFT_PRIOR}
+    priors: ClassVar[dict[int, float]] = {KIND: DRAFT_PRIOR}
     decodes = True
 
     def __init__(self, path: Path, config: EngineConfig, target: LlamaModel) -> None:
@@ -55,7 +55,7 @@ class DraftModel:
         llama_cpp.llama_batch_free(self._batch)
         self.model.close()
 
-    def offer(self, seq: Sequence, limit: int) -> Offer:
+    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
         return Offer(KIND, limit)  # drafted only when asked: a decode of its own per token
 
     def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:

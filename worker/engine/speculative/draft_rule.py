@@ -1,5 +1,5 @@
 """Speculative decoding's rule: how many drafted tokens each sequence puts in a step, from what they cost and how
-often they are accepted. Free of llama_cpp; the runner verifies, speculative/prompt_lookup.py and draft_model.py propose.
+often they are accepted. Free of llama_cpp; the runner verifies, prompt_lookup.py and draft_model.py propose.
 
 A sequence's drafts ride in the step's one llama_decode call behind its decode row, so a step with k drafted
 tokens computes k more rows. On the CPU rows are not free (bench/probes/verifycost.py, test model, 2 cores: one
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from worker.engine.modes import SpecType
 from worker.engine.speculative.prompt_lookup import TokenHistory
 
 # Weight of the newest observation in a pass's running cost.
@@ -125,10 +124,8 @@ class PassCosts:
     def _estimate(self, rows: int) -> float | None:
         below = max((n for n in self.seconds if n < rows), default=None)
         above = min((n for n in self.seconds if n > rows), default=None)
-        if below is None and above is None:
-            return None
         if above is None:
-            return self.seconds[below] * rows / below
+            return None if below is None else self.seconds[below] * rows / below
         if below is None:
             return self.seconds[above] * rows / above
         share = (rows - below) / (above - below)
@@ -136,7 +133,8 @@ class PassCosts:
 
     def of_call(self, rows: list[tuple[int, int]]) -> float | None:
         costs = [self.of(n) for n in micro_batches(rows)]
-        return None if None in costs else sum(costs)
+        known = [cost for cost in costs if cost is not None]
+        return sum(known) if len(known) == len(costs) else None
 
 
 # The draft lengths plan_drafts weighs (and a proposal's own length): finer where a row more or less matters most.
@@ -178,6 +176,7 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
             counts = {c.slot: min(count, c.available) for c in top}
             gains = [expected_tokens(c.rate, counts[c.slot]) for c in top]
             cost = costs.of_call([(slot, 1 + counts.get(slot, 0)) for slot in slots])
+            assert cost is not None  # some pass was measured (base), so every pass has an estimate
             fewest = 1 + (min(gains) if j == len(slots) else 0.0)  # tokens of the row that gains least
             if cost > slowest * fewest:
                 continue

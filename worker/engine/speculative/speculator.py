@@ -1,7 +1,7 @@
 """A step's drafts: which decode rows carry drafted tokens behind them, and what each verified draft teaches.
 
-The proposer says what a sequence could draft (prompt lookup: speculative/prompt_lookup.py; a draft model: draft_model.py), the rule
-in speculative/draft_rule.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
+The proposer says what a sequence could draft (prompt lookup: prompt_lookup.py; a draft model: draft_model.py), the rule
+in draft_rule.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
 sequence's own chain and keeps drafted tokens while they equal what was sampled. Every kept token is the token
 the sequence would have sampled from those logits anyway, so where a row's logits do not depend on the rows
 beside it (the load-time check, exactness/load_check.py) drafts cannot change the text, greedy or seeded.
@@ -12,20 +12,31 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.engine.config import EngineConfig
-from worker.engine.speculative.draft_rule import (
-    Acceptance, Candidate, DraftState, Offer, PassCosts, Shadow, StepYields, micro_batches, plan_drafts,
-)
-from worker.engine.modes import SpecType
-from worker.engine.speculative.prompt_lookup import NGRAM_PRIORS, TokenHistory
 from worker.engine.core.sequence import Sequence
+from worker.engine.modes import SpecType
+from worker.engine.speculative.draft_rule import (
+    Acceptance,
+    Candidate,
+    DraftState,
+    Offer,
+    PassCosts,
+    Shadow,
+    StepYields,
+    micro_batches,
+    plan_drafts,
+)
+from worker.engine.speculative.prompt_lookup import NGRAM_PRIORS, TokenHistory
 
 
 class Proposer(Protocol):
-    priors: dict[int, float]  # each kind of draft's prior acceptance (drafts.Acceptance)
     decodes: bool  # whether drafting runs decodes of its own (a draft model), which only StepYields measures
 
-    def offer(self, seq: Sequence, limit: int) -> Offer:
-        """What `seq` could draft now (at most `limit` tokens; a count of 0: nothing)."""
+    @property
+    def priors(self) -> dict[int, float]:
+        """Each kind of draft's prior acceptance (drafts.Acceptance)."""
+
+    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
+        """What `seq` (drafting as `state` says) could draft now (at most `limit` tokens; a count of 0: nothing)."""
 
     def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
         """Each sequence's draft of (at most) the count chosen for its offer."""
@@ -35,18 +46,24 @@ class Proposer(Protocol):
 
 
 class PromptLookup:
-    """Drafts from the sequence's own prompt and output (speculative/prompt_lookup.py); a draft's kind is its n-gram's size. Finding
+    """Drafts from the sequence's own prompt and output (prompt_lookup.py); a draft's kind is its n-gram's size. Finding
     a proposal costs ~3 us, so every offer carries its tokens."""
 
     priors = NGRAM_PRIORS
     decodes = False
 
-    def offer(self, seq: Sequence, limit: int) -> Offer:
-        tokens, n = seq.draft.history.proposal(limit)
+    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
+        history = state.history
+        assert history is not None  # Speculator.start gives every state one under --spec-type ngram
+        tokens, n = history.proposal(limit)
         return Offer(n, len(tokens), tokens)
 
     def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
-        return {seq: offer.tokens[:count] for seq, (offer, count) in chosen.items()}
+        drafts = {}
+        for seq, (offer, count) in chosen.items():
+            assert offer.tokens is not None  # every offer above carries its tokens
+            drafts[seq] = offer.tokens[:count]
+        return drafts
 
     def close(self) -> None:
         pass
@@ -84,35 +101,35 @@ class Speculator:
         offers = self._offers(decode)
         trying = self.yields.worth_trying(len(decode))
         candidates = [Candidate(seq.slot, offer.count,
-                                seq.draft.acceptance.rate_over(self._kind_acceptance(seq, offer.kind).rate))
-                      for seq, offer in offers.items() if trying and offer.count >= max(1, self.draft_min)]
+                                state.acceptance.rate_over(self._kind_acceptance(seq, offer.kind).rate))
+                      for seq, (state, offer) in offers.items() if trying and offer.count >= max(1, self.draft_min)]
         counts = plan_drafts([seq.slot for seq in decode], candidates, self.costs, self.draft_min) if candidates \
             else {}
         chosen = {}
-        for seq, offer in offers.items():
+        for seq, (state, offer) in offers.items():
             if seq.slot in counts:
-                seq.draft.kind, seq.draft.shadow = offer.kind, None
+                state.kind, state.shadow = offer.kind, None
                 chosen[seq] = offer, counts[seq.slot]
             else:
-                self._not_drafted(seq, offer, trying)
+                self._not_drafted(seq, state, offer, trying)
         return self.proposer.propose(chosen) if chosen else {}
 
-    def _offers(self, decode: list[Sequence]) -> dict[Sequence, Offer]:
-        """What each drafting sequence could draft now, where it could draft anything."""
+    def _offers(self, decode: list[Sequence]) -> dict[Sequence, tuple[DraftState, Offer]]:
+        """What each drafting sequence could draft now, where it could draft anything (with its state)."""
         offers = {}
         for seq in decode:
-            if seq.draft is None:
+            state = seq.draft
+            if state is None:
                 continue
             # Every kept draft token is one more generated token: never past max_tokens.
             room = min(self._limit(seq), seq.request.max_tokens - len(seq.generated) - 1)
-            if room > 0 and (offer := self.proposer.offer(seq, room)).count > 0:
-                offers[seq] = offer
+            if room > 0 and (offer := self.proposer.offer(seq, state, room)).count > 0:
+                offers[seq] = state, offer
         return offers
 
-    def _not_drafted(self, seq: Sequence, offer: Offer, trying: bool) -> None:
+    def _not_drafted(self, seq: Sequence, state: DraftState, offer: Offer, trying: bool) -> None:
         """An offer left out: held against the tokens to come where it has them (a Shadow), else nothing is
         learnt, and where the rule weighed it the estimates decay as after a verified draft, back to the prior."""
-        state = seq.draft
         if state.shadow is not None or (offer.tokens is None and not trying):
             return
         for estimate in self._kind_acceptance(seq, offer.kind), state.acceptance:
@@ -123,6 +140,7 @@ class Speculator:
     def generated(self, seq: Sequence, token: int) -> None:
         """A drafting sequence's new token: searchable, and held against the offer it did not draft."""
         state = seq.draft
+        assert state is not None  # the runner tells only of drafting sequences (Speculator.start gave them a state)
         if state.history is not None:
             state.history.append(token)
         if (shadow := state.shadow) is None:
@@ -140,6 +158,7 @@ class Speculator:
 
     def verified(self, seq: Sequence, drafted: int, accepted: int) -> None:
         state = seq.draft
+        assert state is not None  # a sequence that drafted has its state
         self._kind_acceptance(seq, state.kind).observe(drafted, accepted)
         state.acceptance.observe(drafted, accepted)
         state.drafted += drafted
@@ -156,10 +175,11 @@ class Speculator:
         drafting step makes close to what they really take: rows far into a long context cost more)."""
         passes = micro_batches(rows)
         estimates = [self.costs.of(n) for n in passes]
-        if len(passes) == 1 or None in estimates:
+        known = [estimate for estimate in estimates if estimate is not None]
+        if len(passes) == 1 or len(known) < len(estimates):
             if len(passes) == 1:
                 self.costs.observe(passes[0], seconds)
             return
-        scale = seconds / sum(estimates)
-        for n, estimate in zip(passes, estimates):
+        scale = seconds / sum(known)
+        for n, estimate in zip(passes, known):
             self.costs.observe(n, estimate * scale)

@@ -8,8 +8,9 @@ files exactly as it loads its own.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import gguf
 import numpy as np
@@ -50,8 +51,8 @@ class Transform:
     """A change to the tensors whose Hugging Face name ends with one of `suffixes`."""
 
     suffixes: tuple[str, ...]
-    apply: Callable[[np.ndarray, "Context"], np.ndarray]
-    shape: Callable[[tuple[int, ...], "Context"], tuple[int, ...]] = lambda shape, _ctx: shape
+    apply: Callable[[np.ndarray, Context], np.ndarray]
+    shape: Callable[[tuple[int, ...], Context], tuple[int, ...]] = lambda shape, _ctx: shape
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def _gemma3_sliding_window(config: Config) -> int | None:
 
 LLAMA = Architecture(
     gguf.MODEL_ARCH.LLAMA, ("LlamaForCausalLM", "LLaMAForCausalLM", "MistralForCausalLM"),
-    COMMON + (Param("add_vocab_size", ("vocab_size",), _REQUIRED),),
+    (*COMMON, Param("add_vocab_size", ("vocab_size",), _REQUIRED)),
     derived=(Derived("add_rope_dimension_count", _head_dim),),
     transforms=(PERMUTE_Q, PERMUTE_K),
     rope_types=("default", "linear", "yarn", "llama3"),
@@ -137,7 +138,8 @@ QWEN2 = Architecture(gguf.MODEL_ARCH.QWEN2, ("Qwen2ForCausalLM",), COMMON)
 QWEN3 = Architecture(gguf.MODEL_ARCH.QWEN3, ("Qwen3ForCausalLM",), COMMON)
 PHI3 = Architecture(
     gguf.MODEL_ARCH.PHI3, ("Phi3ForCausalLM",),
-    COMMON + (
+    (
+        *COMMON,
         Param("add_rope_scaling_orig_ctx_len", ("original_max_position_embeddings",), _REQUIRED),
         # 0 tells llama.cpp there is no sliding window (Phi-4 has none).
         Param("add_sliding_window", ("sliding_window",), 0),
@@ -146,11 +148,9 @@ PHI3 = Architecture(
 )
 GEMMA2 = Architecture(
     gguf.MODEL_ARCH.GEMMA2, ("Gemma2ForCausalLM",),
-    COMMON + (
-        Param("add_attn_logit_softcapping", ("attn_logit_softcapping",), _REQUIRED),
-        Param("add_final_logit_softcapping", ("final_logit_softcapping",), _REQUIRED),
-        Param("add_sliding_window", ("sliding_window",), _REQUIRED),
-    ),
+    (*COMMON, Param("add_attn_logit_softcapping", ("attn_logit_softcapping",), _REQUIRED),
+     Param("add_final_logit_softcapping", ("final_logit_softcapping",), _REQUIRED),
+     Param("add_sliding_window", ("sliding_window",), _REQUIRED)),
     transforms=(NORM_PLUS_ONE,),
     skip=("lm_head.weight",),  # tied; some exports carry a copy llama.cpp never reads
     add_space_prefix=False,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
 
 import structlog
 
@@ -85,10 +85,11 @@ def converted_model(folder: Path, conversion: Conversion = Conversion(), progres
         convert_folder(folder, tmp, conversion.out_type, progress)
 
     path = _cached(target, key, convert)
-    if conversion.quantize is None:
+    quantize = conversion.quantize
+    if quantize is None:
         return path
     from worker.engine.native.quantize import quantize_model  # the one source -> engine call: llama.cpp's quantizer
 
-    qkey = _key(key, conversion.quantize)
-    qtarget = converted_dir() / f"{folder.name}-{qkey[:16]}.{conversion.quantize}.gguf"
-    return _cached(qtarget, qkey, lambda tmp: quantize_model(path, tmp, conversion.quantize, progress))
+    qkey = _key(key, quantize)
+    qtarget = converted_dir() / f"{folder.name}-{qkey[:16]}.{quantize}.gguf"
+    return _cached(qtarget, qkey, lambda tmp: quantize_model(path, tmp, quantize, progress))

@@ -3,19 +3,25 @@
 from __future__ import annotations
 
 import sys
+from typing import TYPE_CHECKING
+
 import click
 import structlog
+
+if TYPE_CHECKING:
+    from click._termui_impl import ProgressBar  # what click.progressbar returns
 
 log = structlog.get_logger(__name__)
 
 
 
 class ProgressReport:
-    """A ProgressFn for convert and quantize (done and total count tensors) that logs `progress` events at each tenth and draws a bar when stderr is a terminal."""
+    """A ProgressFn for convert and quantize (done and total count tensors) that logs `progress` events at each
+    tenth and draws a bar when stderr is a terminal."""
 
     def __init__(self, bar: bool | None = None) -> None:
         self.bar_enabled = sys.stderr.isatty() if bar is None else bar
-        self._bar = None
+        self._bar: ProgressBar[int] | None = None
         self._stage: str | None = None
         self._logged_tenth = -1
 

@@ -126,7 +126,8 @@ def read_vocab(folder: Path, vocab_size: int | None) -> Vocab:
         return sentencepiece_vocab(folder, vocab_size)
     if (folder / "tokenizer.json").is_file():
         return bpe_vocab(folder, vocab_size)
-    raise WorkerError(f"{folder} has no tokenizer (neither tokenizer.json nor tokenizer.model); add the model's tokenizer files")
+    raise WorkerError(f"{folder} has no tokenizer (neither tokenizer.json nor tokenizer.model); add the model's "
+                      "tokenizer files")
 
 
 def write_vocab(writer: gguf.GGUFWriter, vocab: Vocab, folder: Path, add_space_prefix: bool | None) -> None:

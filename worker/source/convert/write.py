@@ -8,9 +8,9 @@ so conversion is two passes: the plan (from SafeTensors headers alone) and the w
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import gguf
 import numpy as np
@@ -19,7 +19,13 @@ import structlog
 from worker.errors import WorkerError
 from worker.progress import ProgressFn
 from worker.source.convert.architectures import (
-    IGNORED_PREFIXES, IGNORED_SUFFIXES, STRIPPED_PREFIXES, Architecture, Context, Transform, architecture_for,
+    IGNORED_PREFIXES,
+    IGNORED_SUFFIXES,
+    STRIPPED_PREFIXES,
+    Architecture,
+    Context,
+    Transform,
+    architecture_for,
     rope_scaling,
 )
 from worker.source.convert.folder import HfFolder, open_folder
@@ -43,7 +49,8 @@ class PlannedTensor:
         return int(np.prod(gguf.quant_shape_to_byte_shape(self.shape, self.qtype)))
 
 
-def _output_type(gguf_name: str, shape: tuple[int, ...], wanted: gguf.GGMLQuantizationType) -> gguf.GGMLQuantizationType:
+def _output_type(gguf_name: str, shape: tuple[int, ...],
+                 wanted: gguf.GGMLQuantizationType) -> gguf.GGMLQuantizationType:
     # As llama.cpp's converter: 1-D tensors and norms stay F32 (most kernels only take F32 there).
     if len(shape) <= 1 or gguf_name.endswith("_norm.weight"):
         return F32
@@ -74,17 +81,23 @@ def _loader(info: TensorInfo, transforms: list[Transform], ctx: Context) -> Call
     return load
 
 
+def _held(data: np.ndarray) -> Callable[[], np.ndarray]:
+    """A loader of data already in memory."""
+    return lambda: data
+
+
 def plan_tensors(folder: HfFolder, arch: Architecture, ctx: Context, wanted: gguf.GGMLQuantizationType,
                  extra: list[tuple[str, np.ndarray]]) -> list[PlannedTensor]:
     names = gguf.get_tensor_name_map(arch.gguf_arch, ctx.config["num_hidden_layers"])
-    planned = [PlannedTensor(name, data.shape, F32, lambda data=data: data) for name, data in extra]
+    planned = [PlannedTensor(name, data.shape, F32, _held(data)) for name, data in extra]
     for hf, info in sorted(folder.tensors.items()):
         name = _hf_name(hf)
         if name is None or name in arch.skip:
             continue
         gguf_name = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if gguf_name is None:
-            raise WorkerError(f"{folder.path}: tensor {hf} has no {arch.name} GGUF name; is config.json's architecture right?")
+            raise WorkerError(f"{folder.path}: tensor {hf} has no {arch.name} GGUF name; is config.json's "
+                              "architecture right?")
         transforms = [t for t in arch.transforms if name.endswith(t.suffixes)]
         shape = info.shape
         for transform in transforms:

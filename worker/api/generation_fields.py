@@ -1,0 +1,70 @@
+"""The fields every generation route shares: what a request boils down to (Generation), the chat turn that
+Anthropic's and the Responses API's requests are read into (ChatRequest), sampling read by its table
+(worker/fields.py), and a models.toml entry's sampling defaults held to the same table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from worker.api.problems import Reader
+from worker.api.tools.request import Tools
+from worker.engine import SamplingParams
+from worker.errors import WorkerError
+from worker.fields import OPENAI_SAMPLING, NumberField
+
+MAX_STOP_STRINGS = 16
+MAX_STOP_BYTES = 256
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What every generation route boils down to, before the prompt is tokenized."""
+
+    max_tokens: int | None  # None: up to the end of the sequence's context
+    sampling: SamplingParams
+    stop: tuple[str, ...]
+    stream: bool = False
+    include_usage: bool = False
+    n: int = 1  # choices, sampled side by side from one prefilled prompt
+    logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
+    echo: bool = False  # completions: the prompt leads the text
+
+    @property
+    def scores_prompt(self) -> bool:
+        """echo with logprobs: the prompt's tokens get their logprobs too (lm-eval's loglikelihood)."""
+        return self.echo and self.logprobs is not None
+
+
+@dataclass(frozen=True)
+class ChatRequest:
+    model: str | None
+    messages: list[dict[str, Any]]  # {role, content}, and an assistant's tool_calls or a tool's tool_call_id
+    generation: Generation
+    template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
+    tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
+    prefill: str = ""  # the start of the answer, which the model continues (Anthropic's final assistant message)
+
+    def prompt_chars(self) -> tuple[str, int]:
+        """The field that holds the prompt, and its length in characters (checked before tokenizing)."""
+        return "messages", sum(len(m["content"]) for m in self.messages) + len(self.prefill)
+
+
+def read_sampling(r: Reader, fields: tuple[NumberField, ...], base: SamplingParams) -> SamplingParams:
+    """The request's sampling `fields` over `base` (the model's defaults): what the request names wins."""
+    values: dict[str, Any] = {}
+    for f in fields:
+        default = values.get(f.sets, getattr(base, f.sets))  # an alias read later falls back on the first
+        values[f.sets] = r.number(f.name, default, low=f.low, high=f.high, integer=f.integer, nullable=f.nullable)
+    return replace(base, **values)
+
+
+def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
+    """A models.toml sampling table, held to the same names and ranges as a request's fields."""
+    r = Reader(table)
+    params = read_sampling(r, tuple(f for f in OPENAI_SAMPLING if f.per_model), SamplingParams())
+    if r.problems:
+        raise WorkerError("models.toml sampling defaults: " + "; ".join(p.message for p in r.problems))
+    return params
+

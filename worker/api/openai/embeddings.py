@@ -1,0 +1,168 @@
+"""POST /v1/embeddings in OpenAI's shape: texts or token ids in, one pooled, L2-normalized vector each out."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import sys
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import structlog
+from aiohttp import web
+
+from worker.api.errors import Failure, Family, response
+from worker.api.preamble import served_model
+from worker.api.problems import InvalidRequest, Problem, Reader, integral, parse_json_object
+from worker.api.state import WORKER
+from worker.engine import EmbeddingFailed, UnfitInputs
+
+if TYPE_CHECKING:
+    from worker.engine.pooling.embeddings import Vector
+
+routes = web.RouteTableDef()
+log = structlog.get_logger("worker.request")
+
+MAX_INPUTS = 2048  # per request, as OpenAI's
+MAX_LISTED = 16  # bad inputs and token ids listed one by one; the rest are counted
+ENCODINGS = ("float", "base64")
+INPUT_SHAPE = "a string, a list of strings, a list of token ids, or a list of lists of token ids"
+
+DISABLED = Failure(404, "embeddings_disabled", [Problem(
+    "worker", "--embeddings",
+    "this worker serves no embeddings: start it with --embeddings (or LLM_WORKER_EMBEDDINGS=1)")])
+
+
+@dataclass(frozen=True)
+class EmbeddingRequest:
+    model: str | None
+    inputs: list[str | list[int]]  # each a non-empty text, or non-empty token ids of the vocab
+    fields: list[str]  # where each input is in the body: "input" or "input[i]"
+    encoding: str  # one of ENCODINGS
+
+
+def _is_token(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _integral(raw: Any) -> Any:
+    """Token ids sent as 79.0 are the integer 79 (JSON has one number type), at either list depth."""
+    if not isinstance(raw, list):
+        return raw
+    return [[integral(t) for t in item] if isinstance(item, list) else integral(item) for item in raw]
+
+
+def _input_problems(field: str, item: Any, n_vocab: int) -> list[Problem]:
+    if isinstance(item, str):
+        return [] if item else [Problem(field, "a non-empty string", f"{field} is an empty string")]
+    if not isinstance(item, list):
+        return [Problem(field, INPUT_SHAPE, f"{field} must be a string or a list of token ids", item)]
+    if not item:
+        return [Problem(field, "at least one token id", f"{field} is an empty list")]
+    constraint = f"token ids 0..{n_vocab - 1}"
+    return [Problem(f"{field}[{j}]", constraint, f"{field}[{j}] is {token!r}, not a token id of this model", token)
+            for j, token in enumerate(item) if not (_is_token(token) and 0 <= token < n_vocab)]
+
+
+def _inputs(r: Reader, n_vocab: int) -> tuple[list[Any], list[str]]:
+    """`input` as a list of inputs and their field names; each problem noted in `r`."""
+    raw = _integral(r.body.get("input"))
+    if isinstance(raw, str) or (isinstance(raw, list) and raw and all(_is_token(x) for x in raw)):
+        items, fields = [raw], ["input"]
+    elif isinstance(raw, list) and raw:
+        items, fields = raw, [f"input[{i}]" for i in range(len(raw))]
+    else:
+        message = "input is required" if raw is None else f"input must be {INPUT_SHAPE}, and not empty"
+        r.problem("input", INPUT_SHAPE, message, raw)
+        return [], []
+    if len(items) > MAX_INPUTS:
+        r.problem("input", f"at most {MAX_INPUTS} inputs", f"input has {len(items)} inputs; at most "
+                  f"{MAX_INPUTS} are accepted in one request", len(items))
+        return [], []
+    r.problems.extend(_listed([p for field, item in zip(fields, items) for p in _input_problems(field, item, n_vocab)]))
+    return items, fields
+
+
+def _listed(problems: list[Problem]) -> list[Problem]:
+    """A bad body can hold a million bad token ids: list MAX_LISTED problems, then count the rest."""
+    if len(problems) <= MAX_LISTED:
+        return problems
+    more = len(problems) - MAX_LISTED
+    return [*problems[:MAX_LISTED], Problem("input", INPUT_SHAPE, f"and {more} more problems with input", more)]
+
+
+def parse_embeddings(body: dict[str, Any], n_vocab: int, width: int) -> EmbeddingRequest:
+    r = Reader(body)
+    inputs, fields = _inputs(r, n_vocab)
+    model = r.string("model")
+    encoding = r.string("encoding_format", "float")
+    if encoding not in ENCODINGS:
+        r.problem("encoding_format", " or ".join(ENCODINGS), "encoding_format must be float or base64", encoding)
+    dimensions = r.number("dimensions", integer=True, low=1)
+    if dimensions is not None and dimensions != width:
+        r.problem("dimensions", f"dimensions = {width}",
+                  f"this model's embeddings have {width} dimensions; dimensions {dimensions} would cut them, "
+                  f"which only models trained for it allow: leave dimensions out or send {width}", dimensions)
+    r.string("user")  # accepted, as OpenAI's; nothing here depends on it
+    r.done()
+    return EmbeddingRequest(model, inputs, fields, encoding)
+
+
+def _unfit(refusal: UnfitInputs, fields: list[str]) -> InvalidRequest:
+    problems = [Problem(fields[i], "at least one token", f"{fields[i]} has no tokens") for i in refusal.empty]
+    problems += [Problem(fields[i], f"at most {refusal.limit} tokens",
+                         f"{fields[i]} has {n} tokens; an input must fit one micro-batch of {refusal.limit} "
+                         "(--ubatch-size) and is never truncated: split it, or restart with larger "
+                         "--ubatch-size and --batch-size", n)
+                 for i, n in refusal.too_long]
+    return InvalidRequest(_listed(problems), "context_length_exceeded" if refusal.too_long else "invalid_request")
+
+
+def _encode(vector: Vector, encoding: str) -> list[float] | str:
+    if encoding == "float":
+        return vector.tolist()
+    if sys.byteorder == "big":  # base64 carries little-endian float32, as OpenAI's and what its SDK decodes
+        vector = vector[:]
+        vector.byteswap()
+    return base64.b64encode(vector.tobytes()).decode("ascii")
+
+
+@routes.post("/v1/embeddings")
+async def embeddings(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    engine = worker.require_engine()
+    if engine.pooling is None:
+        return response(DISABLED, Family.OPENAI)
+    parsed = parse_embeddings(parse_json_object(await request.read()), engine.n_vocab, engine.embedding_width)
+    served_model(worker, parsed.model)
+    started = time.monotonic()
+    # Off the event loop: a 4 MiB body keeps the tokenizer busy long enough to stall every stream.
+    tokens = await asyncio.to_thread(engine.tokenize_inputs, parsed.inputs)
+    try:
+        vectors = await asyncio.wait_for(engine.embed(tokens), worker.settings.request_timeout)
+    except UnfitInputs as refusal:
+        raise _unfit(refusal, parsed.fields) from None
+    except (EmbeddingFailed, asyncio.TimeoutError) as exc:
+        log.warning("embeddings_failed", inputs=len(tokens), message=str(exc) or "timeout")
+        return response(_failure(exc, worker.settings.request_timeout), Family.OPENAI)
+    n_tokens = sum(len(t) for t in tokens)
+    log.info("embeddings_done", inputs=len(tokens), prompt_tokens=n_tokens,
+             e2e_ms=round((time.monotonic() - started) * 1e3, 1))
+    return web.json_response({
+        "object": "list",
+        "data": [{"object": "embedding", "index": i, "embedding": _encode(v, parsed.encoding)}
+                 for i, v in enumerate(vectors)],
+        "model": worker.model_id,
+        "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
+    })
+
+
+def _failure(exc: EmbeddingFailed | asyncio.TimeoutError, timeout_s: float | None) -> Failure:
+    """The chat routes' codes: cancelled (503, the worker is stopping), timeout (504), inference_failed (500)."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return Failure(504, "timeout", [Problem("request", "--request-timeout",
+                                                f"the request ran past its {timeout_s:g} s timeout")])
+    if exc.stopped:
+        return Failure(503, "cancelled", [Problem("worker", "running", str(exc))], retry=True)
+    return Failure(500, "inference_failed", [Problem("engine", "llama_decode", str(exc))])

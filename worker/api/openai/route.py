@@ -1,0 +1,243 @@
+"""OpenAI-compatible routes: /v1/models, /v1/chat/completions, /v1/completions."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from worker.api import sse
+from worker.api.errors import FAILED_STATUS, OPENAI_FAILURE_CODES
+from worker.api.generation import TrackedHandle, engine_requests, generating, merged
+from worker.api.openai.logprobs import CompletionLogprobs, chat_logprobs, joined
+from worker.api.openai.request import CompletionRequest, parse_chat, parse_completion
+from worker.api.preamble import admitted
+from worker.api.problems import parse_json_object
+from worker.api.state import WORKER, WorkerState
+from worker.api.tools.answer import Answer, Call, Release
+from worker.api.tools.plan import Turn, chat_turn
+from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
+from worker.engine.requests import PromptLogprobs
+
+if TYPE_CHECKING:
+    from worker.engine import Engine
+
+routes = web.RouteTableDef()
+
+_FINISH_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
+
+
+Formatter = Callable[[tuple[TokenLogprob, ...]], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Shape:
+    """How one route family writes a choice, whole or as a streamed delta, and its logprobs."""
+
+    object: str
+    chunk_object: str
+    id_prefix: str
+    # (index, text, reasoning, finish_reason, logprobs, tool calls) -> a choice, whole or as a delta; the calls
+    # are a whole choice's Calls, or a delta's tool_calls entries (only chat has any)
+    choice: Callable[[int, str, str, str | None, dict | None, tuple[Call, ...]], dict[str, Any]]
+    delta: Callable[[int, str, str, str | None, dict | None, list[dict]], dict[str, Any]]
+    opening_delta: Callable[[int], dict[str, Any]] | None  # chat streams announce the role first
+    logprobs: Callable[[int], Formatter]  # a choice's formatter, given the characters before its first token
+
+
+CHAT = Shape(
+    object="chat.completion",
+    chunk_object="chat.completion.chunk",
+    id_prefix="chatcmpl-",
+    choice=lambda index, text, reasoning, finish, logprobs, calls: {
+        "index": index, "message": {"role": "assistant", "content": text if text or not calls else None,
+                                    **({"reasoning_content": reasoning} if reasoning else {}),
+                                    **({"tool_calls": [call.as_json() for call in calls]} if calls else {})},
+        "logprobs": logprobs, "finish_reason": finish},
+    delta=lambda index, text, reasoning, finish, logprobs, calls: {
+        "index": index, "delta": {**({"reasoning_content": reasoning} if reasoning else {}),
+                                  **({"content": text} if text else {}), **({"tool_calls": calls} if calls else {})},
+        "logprobs": logprobs, "finish_reason": finish},
+    opening_delta=lambda index: {
+        "index": index, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None},
+    logprobs=lambda offset: chat_logprobs,
+)
+
+_completion_choice = lambda index, text, _reasoning, finish, logprobs, _calls: {  # noqa: E731
+    "index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+COMPLETION = Shape(
+    object="text_completion",
+    chunk_object="text_completion",
+    id_prefix="cmpl-",
+    choice=_completion_choice,
+    delta=_completion_choice,
+    opening_delta=None,
+    logprobs=lambda offset: CompletionLogprobs(offset).format,
+)
+
+
+def _usage(choices: list[Finished]) -> dict[str, Any]:
+    """The prompt is prefilled once for all choices; each choice's tokens count."""
+    prompt, completion = choices[0].prompt_tokens, sum(f.completion_tokens for f in choices)
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": choices[0].cached_tokens},
+    }
+
+
+def _failure(finished: Finished) -> dict[str, Any]:
+    code = OPENAI_FAILURE_CODES[finished.reason]
+    return {"error": {"message": finished.message or code, "type": "server_error", "param": None, "code": code}}
+
+
+@dataclass(frozen=True)
+class Output:
+    """A whole choice: its answer, its reasoning, its logprob entries, and its prompt's scores (when asked)."""
+
+    text: str
+    reasoning: str
+    entries: tuple[TokenLogprob, ...]
+    prompt: PromptLogprobs | None
+
+
+async def _collect(handle: TrackedHandle) -> Output:
+    texts, reasoning, prompt = [], [], None
+    entries: list[TokenLogprob] = []
+    async for event in handle:
+        if isinstance(event, TokenEvent):
+            texts.append(event.text)
+            reasoning.append(event.reasoning)
+            entries.extend(event.logprobs)
+        elif isinstance(event, PromptLogprobs):
+            prompt = event
+    return Output("".join(texts), "".join(reasoning), tuple(entries), prompt)
+
+
+def _finish_reason(finished: Finished, answer: Answer) -> str:
+    """OpenAI's: "tool_calls" when the model ended its answer after calling tools."""
+    called = answer.called and finished.reason in (FinishReason.EOS, FinishReason.STOP)
+    return "tool_calls" if called else _FINISH_REASONS[finished.reason]
+
+
+async def _send_release(response: web.StreamResponse, chunk: dict[str, Any], shape: Shape, index: int,
+                        release: Release, reasoning: str = "", logprobs: dict | None = None) -> None:
+    """A choice's newly released text (with its reasoning and logprobs), then its new calls, as deltas."""
+    if release.text or reasoning or logprobs is not None:
+        delta = shape.delta(index, release.text, reasoning, None, logprobs, [])
+        await sse.send(response, {**chunk, "choices": [delta]})
+    for call in release.calls:
+        for part in call.deltas():
+            await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", None, None, part)]})
+
+
+async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str, turn: Turn,
+                   echo: str) -> web.StreamResponse:
+    """`echo`: text that leads every choice (a completion's prompt, when asked for)."""
+    header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
+    prompt, generation = turn.prompt, turn.generation
+    choices = engine_requests(worker, prompt.tokens, generation, request["request_id"], prompt.reasoning)
+    wants_logprobs = generation.logprobs is not None
+    # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
+    scorer = CompletionLogprobs(0) if generation.scores_prompt else None
+    formats = [scorer.format if scorer else shape.logprobs(len(echo)) for _ in choices]
+    answers = [turn.answers() for _ in choices]
+
+    def whole_logprobs(index: int, output: Output) -> dict | None:
+        if not wants_logprobs:
+            return None
+        leading = None
+        if scorer:  # first: the prompt's offsets come first
+            assert output.prompt is not None  # a scored prompt's scores come before its answer
+            leading = scorer.prompt(output.prompt)
+        answer = formats[index](output.entries)
+        return joined(leading, answer) if leading else answer
+
+    async with generating(worker, choices) as handles:
+        if not generation.stream:
+            outputs = await asyncio.gather(*(_collect(handle) for handle in handles))
+            finished = [handle.ended for handle in handles]
+            if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
+                return web.json_response(_failure(failed), status=FAILED_STATUS[failed.reason])
+            releases = [answer.feed(output.text) + answer.finish() for answer, output in zip(answers, outputs)]
+            return web.json_response({
+                **header, "object": shape.object,
+                "choices": [shape.choice(index, echo + release.text, output.reasoning,
+                                         _finish_reason(f, answers[index]), whole_logprobs(index, output),
+                                         release.calls)
+                            for index, (output, f, release) in enumerate(zip(outputs, finished, releases))],
+                "usage": _usage(finished),
+            })
+        chunk = {**header, "object": shape.chunk_object}
+        response = await sse.open_stream(request)
+        for index in range(len(handles)):
+            if shape.opening_delta:
+                await sse.send(response, {**chunk, "choices": [shape.opening_delta(index)]})
+            if echo and not scorer:  # a scored prompt is sent with its scores, once it is prefilled
+                await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, None, [])]})
+        async for index, event in merged(handles):
+            if isinstance(event, PromptLogprobs):
+                assert scorer is not None  # the prompt's scores come only when asked for (scores_prompt)
+                scores = scorer.prompt(event)
+                await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, scores, [])]})
+            elif isinstance(event, TokenEvent):
+                logprobs = formats[index](event.logprobs) if wants_logprobs else None
+                await _send_release(response, chunk, shape, index, answers[index].feed(event.text), event.reasoning,
+                                    logprobs)
+            elif event.reason in _FINISH_REASONS:
+                await _send_release(response, chunk, shape, index, answers[index].finish())
+                finish = _finish_reason(event, answers[index])
+                await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", finish, None, [])]})
+            else:
+                await sse.send(response, _failure(event))
+                break  # leaving `generating` ends the other choices too
+        if generation.include_usage and all(handle.finished for handle in handles):
+            await sse.send(response, {**chunk, "choices": [], "usage": _usage([h.ended for h in handles])})
+        await response.write(sse.DONE)
+        return response
+
+
+def _generation_route(path: str, parse: Callable, shape: Shape, prepare: Callable[[Engine, Any], Turn]) -> None:
+    """Chat and completions differ only in how they parse, prepare (prompt, tools) and shape; the rest is shared."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        worker = request.app[WORKER]
+        engine = worker.require_engine()
+        parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
+                       max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem)
+        model = admitted(worker, parsed)
+        turn = prepare(engine, parsed)
+        echo = _echo(engine, parsed) if parsed.generation.echo else ""
+        return await _respond(request, worker, shape, model, turn, echo)
+
+    routes.post(path)(handler)
+
+
+def _completion_turn(engine: Engine, completion: CompletionRequest) -> Turn:
+    prompt = completion.prompt
+    tokens = prompt if isinstance(prompt, list) else engine.tokenize(prompt)
+    return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
+
+
+def _echo(engine: Engine, completion: CompletionRequest) -> str:
+    """The prompt as text: as sent, or its token ids' text."""
+    prompt = completion.prompt
+    return prompt if isinstance(prompt, str) else engine.model.detokenize(prompt).decode("utf-8", errors="replace")
+
+
+_generation_route("/v1/chat/completions", parse_chat, CHAT, chat_turn)
+_generation_route("/v1/completions", parse_completion, COMPLETION, _completion_turn)
+
+
+@routes.get("/v1/models")
+async def models(request: web.Request) -> web.Response:
+    worker = request.app[WORKER]
+    return web.json_response({"object": "list", "data": [
+        {"id": worker.model_id, "object": "model", "created": 0, "owned_by": "llm-worker"},
+    ]})

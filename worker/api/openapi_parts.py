@@ -1,0 +1,92 @@
+"""The pieces every dialect's part of /openapi.json is written with: request and response bodies, server-sent
+events, the sampling fields from their table (worker/fields.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.api.structured import MAX_GRAMMAR_CHARS
+from worker.engine import SamplingParams
+from worker.fields import NumberField
+
+
+def stop_string(max_bytes: int) -> dict:
+    # JSON Schema counts characters; the limit is in UTF-8 bytes, so only ASCII reaches maxLength.
+    return {"type": "string", "minLength": 1, "maxLength": max_bytes, "description": f"at most {max_bytes} UTF-8 bytes"}
+
+
+GRAMMAR = {"type": ["string", "null"], "maxLength": MAX_GRAMMAR_CHARS, "format": "gbnf",
+            "description": "a llama.cpp GBNF grammar (root rule: root) the output must match; empty for none"}
+
+
+def number(field: NumberField) -> dict:
+    """A sampling field's schema, from its row in worker/fields.py; its default is the engine's."""
+    kind = "integer" if field.integer else "number"
+    schema: dict[str, Any] = {"type": [kind, "null"] if field.nullable else kind}
+    if field.low is not None:
+        schema["minimum"] = field.low
+    if field.high is not None:
+        schema["maximum"] = field.high
+    default = getattr(SamplingParams(), field.sets)
+    if default is not None:
+        schema["default"] = default
+    if field.per_model:
+        schema["description"] = "default: the models.toml entry's sampling value, if it sets one"
+    return schema
+
+
+def numbers(fields: tuple[NumberField, ...]) -> dict[str, dict]:
+    return {field.name: number(field) for field in fields}
+
+
+PROMPT = {"type": "string", "minLength": 1}
+
+
+def ref(name: str) -> dict:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def json_body(schema: dict) -> dict:
+    return {"content": {"application/json": {"schema": schema}}}
+
+
+def sse_event(payload: dict) -> dict:
+    """One server-sent event whose data is a JSON `payload`, or the closing `data: [DONE]`.
+
+    Before OpenAPI 3.2's itemSchema, a text/event-stream schema describes each event as an object
+    {data, event, id, retry} (as schemathesis checks streams); contentSchema is the JSON inside data.
+    """
+    return {"type": "object", "required": ["data"], "properties": {"data": {
+        "type": "string", "if": {"const": "[DONE]"},
+        "else": {"contentMediaType": "application/json", "contentSchema": payload},
+    }}}
+
+
+def sse(description: str, payload: dict) -> dict:
+    return {"description": description, "content": {"text/event-stream": {"schema": sse_event(payload)}}}
+
+
+def post(summary: str, body: str, ok: dict, error: str) -> dict:
+    return {"post": {
+        "summary": summary,
+        "requestBody": {"required": True, **json_body(ref(body))},
+        "responses": {"200": ok, "400": {"description": "every problem, listed", **json_body(ref(error))},
+                      "401": {"description": "missing or invalid API key"},
+                      "404": {"description": "the model named is not the one served (model_not_found)"},
+                      "413": {"description": "body over the size limit"},
+                      "503": {"description": "loading, draining or queue full (Retry-After)"}},
+    }}
+
+
+def get(summary: str, response: dict) -> dict:
+    return {"get": {"summary": summary, "responses": {"200": response}}}
+
+
+COUNT = {"type": "integer", "minimum": 0}
+TEXT = {"type": "string"}
+
+
+def event(kind: str, fields: dict, optional: dict | None = None) -> dict:
+    """A JSON event {"type": kind, ...fields}, as /execute streams them."""
+    return {"type": "object", "required": ["type", *fields],
+            "properties": {"type": {"const": kind}, **fields, **(optional or {})}}
