@@ -223,8 +223,10 @@ def test_cuda_bundle_fits_two_calls(tmp_path, cuda_build):
     assert len(parts) == 2 and all(_checkout_bytes() + _part_bytes(p) <= CALL_LIMIT for p in parts)
     listed = subprocess.run(["tar", "-tJf", str(parts[0] / "core.tar.xz")], capture_output=True, text=True,
                             check=True).stdout.split()
-    assert {"lib/libggml-cuda.so", "lib/llama-server", "lib/libllama.so", "python/llama_cpp/llama_cpp.py"} <= {
-        name.removeprefix("./") for name in listed}
+    names = {name.removeprefix("./") for name in listed}
+    assert {"lib/libggml-cuda.so", "lib/llama-server", "lib/libllama.so", "lib/libgomp.so.1",
+            "python/llama_cpp/llama_cpp.py", "wheels/MODULES"} <= names
+    assert any(name.startswith("lib/libcudart.so.") for name in names)  # under the soname libggml-cuda needs
 
 
 # --- slow: the cuda and vulkan Docker images ----------------------------------------------------------------
