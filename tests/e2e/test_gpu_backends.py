@@ -171,7 +171,9 @@ def test_gpu_check_rehearsed_from_its_bundle_on_lavapipe(tmp_path, vulkan_build)
                          capture_output=True, text=True, timeout=600)
     assert bad.returncode != 0 and "does not match its sha256" in bad.stderr
 
-    done = gpu_check("run", "--quick", "--threads", "2")
+    # Lavapipe decodes about a token a second, slower still with flash attention (fast mode): 240 s a step timed
+    # out the 2-turn chat and fast mode's 8 streams once (1,100 s in all).
+    done = gpu_check("run", "--quick", "--threads", "2", "--step-timeout", "900")
     assert "installed structlog" in done.stderr and "installed gguf" in done.stderr
     report = json.loads((tmp_path / "out" / "gpu-check.json").read_text())
     steps = {step["name"]: step for step in report["steps"]}
