@@ -151,10 +151,10 @@ def test_gpu_check_rehearsed_from_its_bundle_on_lavapipe(tmp_path, vulkan_build)
     assert subprocess.run([str(python), "-c", "import structlog"], capture_output=True).returncode != 0
     check = [str(REPO / "scripts" / "gpu-check")]
     run_env = {**os.environ, **LAVAPIPE, "GPU_STAGE": str(tmp_path / "stage"), "PYTHON": str(python),
-               "BACKEND": "vulkan", "OUT": str(tmp_path / "out"), "RUN_TIMEOUT": "2400", "PROBE_TIMEOUT": "60"}
+               "BACKEND": "vulkan", "OUT": str(tmp_path / "out"), "RUN_TIMEOUT": "3600", "PROBE_TIMEOUT": "60"}
 
     def gpu_check(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([*check, *args], env=run_env, capture_output=True, text=True, timeout=3000, cwd=REPO)
+        return subprocess.run([*check, *args], env=run_env, capture_output=True, text=True, timeout=4000, cwd=REPO)
 
     first = gpu_check("stage", str(parts[0]))
     assert first.returncode == 1 and "still missing" in first.stderr
