@@ -35,14 +35,6 @@ class UnknownModel(Exception):
     pass
 
 
-class NotEnabled(Exception):
-    """A route whose feature this worker was started without; the message names the flag that enables it."""
-
-    def __init__(self, flag: str, message: str) -> None:
-        super().__init__(message)
-        self.flag = flag
-
-
 @dataclass(frozen=True)
 class Failure:
     status: int
@@ -69,9 +61,6 @@ def classify(exc: Exception) -> Failure | None:
     if isinstance(exc, UnknownModel):
         # 404, as OpenAI answers a model it does not have: the body is valid, the model is missing.
         return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])
-    if isinstance(exc, NotEnabled):
-        # llama-server answers 501 here; a 4xx keeps "the server failed" (5xx) for failures.
-        return Failure(404, "not_enabled", [Problem("route", exc.flag, str(exc))])
     if isinstance(exc, QueueFull):
         return queue_full(exc)
     if isinstance(exc, NotReady):

@@ -68,7 +68,7 @@ _SLOT_ACTION = {"post": {
                   "400": {"description": "every problem, listed (a slot past --parallel, a file that cannot load)",
                           **json_body(ref("OpenAIError"))},
                   "401": {"description": "missing or invalid API key"},
-                  "404": {"description": "started without --slot-save-path (llama-server answers 501)",
+                  "404": {"description": "started without --slot-save-path: slots_disabled (llama-server: 501)",
                           **json_body(ref("OpenAIError"))},
                   "413": {"description": "body over the size limit"},
                   "503": {"description": "loading or draining (Retry-After)"}},

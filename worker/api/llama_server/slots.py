@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from worker.api.errors import NotEnabled
+from worker.api.errors import Failure, Family, response
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.state import WORKER
 from worker.engine import UnusableFile
@@ -29,6 +29,11 @@ routes = web.RouteTableDef()
 ACTIONS = ("save", "restore", "erase")
 MAX_NAME_BYTES = 255  # a file name's limit on common filesystems
 PLAIN_NAME = "a plain file name inside --slot-save-path"
+# llama-server answers 501 here; a 404, as for /v1/embeddings without --embeddings: the route is not served here
+# (a 5xx would say the worker failed).
+DISABLED = Failure(404, "slots_disabled", [Problem(
+    "worker", "--slot-save-path",
+    "this worker saves no slot files: start it with --slot-save-path DIR (or LLM_WORKER_SLOT_SAVE_PATH)")])
 
 
 def name_problem(name: str) -> str | None:
@@ -60,7 +65,7 @@ async def slot_action(request: web.Request) -> web.Response:
     engine = worker.require_engine()
     folder = worker.settings.slot_save_path
     if folder is None:
-        raise NotEnabled("--slot-save-path", "slot files are off: start the worker with --slot-save-path DIR")
+        return response(DISABLED, Family.OPENAI)
     raw = await request.read()
     r = Reader(parse_json_object(raw) if raw.strip() else {})
     slot = _slot(r, request.match_info["id_slot"], engine.model.config.parallel)
