@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
@@ -20,6 +21,7 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.helpers import execute
 from worker.engine.cache import cell_file
 from worker.engine.cache.prefix_cache import ALIGN
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 
 SYSTEM = ("You are a patient tutor for a class of curious twelve-year-olds. Answer in two or three short, plain "
           "sentences and give one everyday example.")
@@ -67,28 +69,46 @@ def log_events(worker: WorkerProcess, event: str) -> list[dict]:
     return [line for line in lines if line["event"] == event]
 
 
+@dataclass
+class SlotRound:
+    """A conversation's first turn, its slot saved and erased, the next turn cold, the file restored, the next turn
+    again."""
+
+    messages: list[dict]
+    first: dict  # the first turn's usage
+    saved: dict
+    erased: dict
+    cold: tuple[str, dict]  # the next turn's text and usage, the slot erased
+    restored: dict
+    warm: tuple[str, dict]  # the same turn once the file is restored
+
+
+async def save_erase_restore(http: aiohttp.ClientSession, url: str, folder: Path) -> SlotRound:
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[0][0]}]
+    answer, first = await chat(http, url, messages)
+    status, saved = await slot_action(http, url, "save", filename="tides.bin")
+    assert status == 200 and saved["id_slot"] == 0 and saved["filename"] == "tides.bin", saved
+    assert saved["n_written"] == (folder / "tides.bin").stat().st_size and saved["timings"]["save_ms"] > 0
+    status, erased = await slot_action(http, url, "erase")
+    assert status == 200, erased
+    messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": QUESTIONS[0][1]}]
+    cold = await chat(http, url, messages)
+    assert cold[1]["prompt_tokens_details"]["cached_tokens"] == 0  # nothing left to reuse (no host memory)
+    status, restored = await slot_action(http, url, "restore", filename="tides.bin")
+    assert status == 200, restored
+    assert (restored["n_restored"], restored["n_read"]) == (saved["n_saved"], saved["n_written"])
+    warm = await chat(http, url, messages)
+    # The whole first turn but at most its last partial block.
+    assert warm[1]["prompt_tokens_details"]["cached_tokens"] >= first["prompt_tokens"] - ALIGN, warm
+    return SlotRound(messages, first, saved, erased, cold, restored, warm)
+
+
 async def test_a_saved_slot_erased_and_restored_is_reused_and_answers_as_a_cold_worker(worker_off, tmp_path):
     folder = tmp_path / "slots"
     worker = start_worker(tmp_path, *SLOT, "--cache-ram", "0", "--slot-save-path", str(folder), "--api-key", "k")
-    auth = {"Authorization": "Bearer k"}
     try:
-        async with aiohttp.ClientSession(headers=auth) as http:
-            messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": QUESTIONS[0][0]}]
-            answer, first = await chat(http, worker.url, messages)
-            status, saved = await slot_action(http, worker.url, "save", filename="tides.bin")
-            assert status == 200 and saved["id_slot"] == 0 and saved["filename"] == "tides.bin", saved
-            assert saved["n_saved"] >= first["prompt_tokens"] and saved["timings"]["save_ms"] > 0
-            assert saved["n_written"] == (folder / "tides.bin").stat().st_size
-            assert await slot_action(http, worker.url, "erase") == (200, {"id_slot": 0, "n_erased": saved["n_saved"]})
-            messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": QUESTIONS[0][1]}]
-            erased_text, erased = await chat(http, worker.url, messages)  # nothing left to reuse (no host memory)
-            assert erased["prompt_tokens_details"]["cached_tokens"] == 0
-            status, restored = await slot_action(http, worker.url, "restore", filename="tides.bin")
-            assert status == 200, restored
-            assert (restored["n_restored"], restored["n_read"]) == (saved["n_saved"], saved["n_written"])
-            restored_text, reused = await chat(http, worker.url, messages)
-            # The whole first turn but at most its last partial block.
-            assert reused["prompt_tokens_details"]["cached_tokens"] >= first["prompt_tokens"] - ALIGN, reused
+        async with aiohttp.ClientSession(headers={"Authorization": "Bearer k"}) as http:
+            done = await save_erase_restore(http, worker.url, folder)
             async with http.get(worker.url + "/slots") as response:
                 assert await response.json() == [{"id": 0, "n_ctx": 2048, "speculative": False,
                                                    "is_processing": False}]
@@ -103,11 +123,32 @@ async def test_a_saved_slot_erased_and_restored_is_reused_and_answers_as_a_cold_
             assert r.status == 401
     finally:
         assert worker.stop() == 0, worker.log()[-3000:]
+    # Answers reused (the load-time check trusts them here): the file holds the whole first turn.
+    assert done.saved["n_saved"] >= done.first["prompt_tokens"] and done.erased["n_erased"] == done.saved["n_saved"]
     assert [path.name for path in folder.iterdir()] == ["tides.bin"]
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["slots", worker.log_path.name])
     async with aiohttp.ClientSession() as http:
-        cold_text, _ = await chat(http, worker_off.url, messages)
-    assert restored_text == erased_text == cold_text
+        reference, _ = await chat(http, worker_off.url, done.messages)
+    assert done.warm[0] == done.cold[0] == reference
+
+
+async def test_under_the_block_rule_a_slot_file_holds_the_prefilled_blocks_and_restores_them_exactly(tmp_path):
+    """Where answers' cells are not trusted (--flash-attn off on llama-cpp-python's own build), a slot's file holds
+    its prefill-made 16-position blocks with the rest of the stream riding along, dropped when restored: the next
+    turn reuses those blocks and answers as it did cold on the same worker."""
+    folder = tmp_path / "slots"
+    worker = start_worker(tmp_path, *SLOT, "--cache-ram", "0", "--flash-attn", "off", "--slot-save-path",
+                          str(folder), env={LIB_PATH_ENV: str(default_dir())})
+    try:
+        async with aiohttp.ClientSession() as http:
+            done = await save_erase_restore(http, worker.url, folder)
+            async with http.get(worker.url + "/health") as response:
+                assert (await response.json())["exactness"]["answers_reused"] is False
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    n_saved = done.saved["n_saved"]
+    assert n_saved % ALIGN == 0 and done.first["prompt_tokens"] - ALIGN < n_saved <= done.erased["n_erased"]
+    assert done.warm[0] == done.cold[0]
 
 
 def rewritten(raw: bytes, **fingerprint: str) -> bytes:
