@@ -1,6 +1,8 @@
 # Two commands do everything on a fresh machine:
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
+#   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
+#   make lint    ruff and mypy (their rules: pyproject.toml); make test runs it first
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after make test
@@ -9,7 +11,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-slow test-builds install
+.PHONY: serve test test-unit test-slow test-builds install lint
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -18,22 +20,30 @@ $(BIN)/llm-worker: pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	touch $@
 
-# Exact mode's second build of the same llama.cpp, without llamafile, for F16/BF16/F32 weights
-# (worker/engine/exactness/build_choice.py): 2.4 minutes on 2 cores the first time (measured), cached in ~/.cache/llm-worker/llama.cpp.
-NO_LLAMAFILE := $(VENV)/lib/llm-worker/no-llamafile
-$(NO_LLAMAFILE)/libllama.so: $(BIN)/llm-worker
-	scripts/install-no-llamafile cpu-native $(VENV)
+# Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp: batch-invariant CPU kernels behind
+# GGML_CPU_BATCH_INVARIANT), loaded for every weight type in exact and off modes (worker/engine/exactness/build_choice.py):
+# libllama and ggml only, cached in ~/.cache/llm-worker/llama.cpp per flags and patches.
+BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
+$(BATCH_INVARIANT)/libllama.so: $(BIN)/llm-worker $(wildcard patches/llama.cpp/*.patch)
+	scripts/install-batch-invariant cpu-native $(VENV)
 
-install: $(BIN)/llm-worker $(NO_LLAMAFILE)/libllama.so
+install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libllama.so
 
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)
 
-test: install
+lint: $(BIN)/llm-worker
+	$(BIN)/ruff check worker tests bench
+	$(BIN)/mypy
+
+test: install lint
 	$(BIN)/python -m pytest -q
+
+test-unit: $(BIN)/llm-worker
+	$(BIN)/python -m pytest -q tests/unit
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 test-builds: install
-	$(BIN)/python -m pytest -q -m slow tests/test_rpc.py
+	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py

@@ -135,3 +135,16 @@ def quantized(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """quantized("q4_k_m") -> the test model in that type, made once per session."""
     folder = tmp_path_factory.mktemp("quantized")
     return lambda qtype: requantized(model_path, qtype, folder)
+
+
+TIERS = ("unit", "model", "e2e")  # tests/<tier>/, each a marker: pytest -m unit
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test is marked with its tier, the folder it is in."""
+    tests = Path(__file__).resolve().parent
+    for item in items:
+        path = item.path.resolve()
+        if path.is_relative_to(tests) and (tier := path.relative_to(tests).parts[0]) in TIERS:
+            item.add_marker(tier)

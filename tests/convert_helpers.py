@@ -1,4 +1,4 @@
-"""Shared by the conversion tests: the oracle fixture (cached), GGUF comparison, small HTTP calls."""
+"""Shared by the conversion tests: the oracle (cached) and its `hf` fixture, GGUF comparison, small HTTP calls."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import urllib.request
 from pathlib import Path
 
+import pytest
 from gguf import GGUFReader
 
 from tests.fixtures.make_hf_folder import VERSION, Fixture, build
@@ -16,6 +17,11 @@ def oracle(model_path: Path) -> Fixture:
     """The Hugging Face folders and llama.cpp references, made once per test model (keyed by its sha256)."""
     sha = model_path.parent.name  # blobs/<sha256>/<file>
     return build(model_path, cache_dir() / "test-fixtures" / f"hf-{sha[:16]}-v{VERSION}")
+
+
+@pytest.fixture(scope="module")
+def hf(model_path: Path):
+    return oracle(model_path)
 
 
 def tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:

@@ -1,13 +1,18 @@
-"""Small clients for the worker's two APIs, shared by the tests."""
+"""Shared by the tests of every tier: small clients for the worker's two APIs, a fresh interpreter, the presets'
+CMake flags."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+
+from tests.conftest import REPO
 
 
 async def sse_events(response: aiohttp.ClientResponse) -> list[Any]:
@@ -82,3 +87,21 @@ async def wait_idle(http: aiohttp.ClientSession, base_url: str) -> dict:
             break
         await asyncio.sleep(0.1)
     return ready
+
+
+def run_python(code: str) -> subprocess.CompletedProcess:
+    """`python -c code` in the repository: what a fresh interpreter imports and logs."""
+    return subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+
+
+# What each preset must hand to CMake, inheritance resolved, in order.
+EXPECTED_CMAKE_ARGS = {
+    "cpu": ["-DGGML_NATIVE=OFF"],
+    "cpu-native": ["-DGGML_NATIVE=ON"],
+    "openblas": ["-DGGML_NATIVE=OFF", "-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS"],
+    "cuda": ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON"],
+    "metal": ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
+    "vulkan": ["-DGGML_NATIVE=OFF", "-DGGML_VULKAN=ON"],
+    "rpc": ["-DGGML_RPC=ON"],
+    "no-llamafile": ["-DGGML_LLAMAFILE=OFF"],
+}

@@ -1,4 +1,4 @@
-"""schemathesis hooks for tests/test_schemathesis.py (loaded through SCHEMATHESIS_HOOKS).
+"""schemathesis hooks for tests/e2e/test_schemathesis.py (loaded through SCHEMATHESIS_HOOKS).
 
 What no JSON schema can say about a language model's API: how long a generation takes, whether
 a prompt fits the context, and limits counted in UTF-8 bytes. Everything else the fuzzer finds is a failure.

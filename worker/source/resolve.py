@@ -1,7 +1,7 @@
 """Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load.
 
 huggingface_hub and gguf-py load where a hub download or a conversion happens, not here: serving a local
-GGUF or a cached package never imports them (tests/test_debts.py).
+GGUF or a cached package never imports them (tests/model/test_debts.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,107 @@
+"""The Docker images, slow: build the cpu image and serve from it; the images' build step outside Docker."""
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, free_port
+
+DOCKER = os.environ.get("DOCKER", "docker")  # a client that can use BuildKit (RUN --mount)
+
+
+def _docker_available() -> bool:
+    if not shutil.which(DOCKER):
+        return False
+    return subprocess.run([DOCKER, "info"], capture_output=True).returncode == 0
+
+
+def _build_args() -> list[str]:
+    """LLM_WORKER_BASE_IMAGE: a local base where no registry is reachable; PIP_CERT: a re-signing proxy's CA."""
+    args = []
+    if base := os.environ.get("LLM_WORKER_BASE_IMAGE"):
+        args += ["--build-arg", f"BASE_IMAGE={base}"]
+    if cert := os.environ.get("PIP_CERT"):
+        args += ["--secret", f"id=pip_cert,src={cert}"]
+    return args
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not _docker_available(), reason="no container engine answers here (docker info failed)")
+def test_cpu_image_builds_and_serves(model_path, tmp_path):
+    tag = "llm-worker:cpu-test"
+    subprocess.run([DOCKER, "build", "-f", "docker/cpu.Dockerfile", "-t", tag, *_build_args(), "."],
+                   cwd=REPO, check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=3600)
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(model_path, models / "model.gguf")
+    (models / "model.gguf").chmod(0o644)  # the image's user is uid 10001
+    models.chmod(0o777)  # and writes its cache there
+    port = free_port()
+    container = subprocess.run(
+        [DOCKER, "run", "-d", "-p", f"127.0.0.1:{port}:8080", "-v", f"{models}:/models", tag,
+         "--model", "/models/model.gguf", "--parallel", "1", "--ctx-size", "1024"],
+        capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            state = json.loads(subprocess.run([DOCKER, "inspect", container], capture_output=True, text=True,
+                                              check=True).stdout)[0]["State"]
+            if state["Health"]["Status"] == "healthy":
+                break
+            logs = subprocess.run([DOCKER, "logs", container], capture_output=True, text=True).stderr
+            assert state["Running"] and time.monotonic() < deadline, logs[-3000:]
+            time.sleep(2)
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=json.dumps(
+            {"prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}).encode())
+        body = json.load(urllib.request.urlopen(request, timeout=60))
+        assert body["choices"][0]["text"].startswith(" Paris")
+        user = subprocess.run([DOCKER, "exec", container, "id", "-u"], capture_output=True, text=True).stdout
+        assert user.strip() == "10001"
+        # Exact mode's batch-invariant build is in the image, and loads there (without the builder's cache).
+        info = json.loads(subprocess.run([DOCKER, "exec", container, "llm-worker", "backends", "--json"],
+                                         capture_output=True, text=True, check=True).stdout)
+        assert info["batch_invariant"] == "/opt/llm-worker/lib/llm-worker/batch-invariant"
+        loads = subprocess.run([DOCKER, "exec", "-e", f"LLAMA_CPP_LIB_PATH={info['batch_invariant']}", container,
+                                "python3", "-c", "import llama_cpp; print(llama_cpp.llama_cpp._base_path)"],
+                               capture_output=True, text=True)
+        assert loads.stdout.strip() == info["batch_invariant"], loads.stderr
+    finally:
+        subprocess.run([DOCKER, "rm", "--force", container], capture_output=True)
+
+
+@pytest.mark.slow
+def test_build_venv_script_outside_docker(tmp_path):
+    """The images' build step, run as CI runs it: the portable cpu preset into a fresh venv."""
+    venv = tmp_path / "venv"
+    subprocess.run([str(REPO / "scripts" / "build-venv"), "cpu", str(venv)], check=True, timeout=3600)
+    info = json.loads(subprocess.run([str(venv / "bin" / "llm-worker"), "backends", "--json"],
+                                     capture_output=True, text=True, check=True).stdout)
+    assert info["backends"] == ["cpu"]
+    # GGML_NATIVE=OFF: ggml's portable build, not tuned to the build machine's newest extensions.
+    # A CPU without any of them would build the same either way: there the check cannot fail.
+    native_only = beyond_portable_extensions()
+    if not native_only:
+        pytest.skip("this CPU has no extension beyond the portable build's; portable and native builds look alike")
+    for name in native_only:
+        assert f"{name} = 1" not in info["system_info"], name
+
+
+# /proc/cpuinfo flag -> ggml's system_info name, for the extensions a portable x86 build leaves off.
+_NATIVE_ONLY = {"avx512f": "AVX512", "avx512vbmi": "AVX512_VBMI", "avx512_vnni": "AVX512_VNNI",
+                "avx512_bf16": "AVX512_BF16", "avx_vnni": "AVX_VNNI", "amx_int8": "AMX_INT8"}
+
+
+def beyond_portable_extensions() -> list[str]:
+    """The extensions this machine has that a native build would enable and a portable one must not."""
+    cpuinfo = Path("/proc/cpuinfo")
+    if not cpuinfo.exists():
+        return []
+    flags = {flag for line in cpuinfo.read_text().splitlines() if line.startswith("flags")
+             for flag in line.split(":", 1)[1].split()}
+    return [name for flag, name in _NATIVE_ONLY.items() if flag in flags]

@@ -1,0 +1,33 @@
+"""An outside fuzzer against a real worker: schemathesis reads /openapi.json, sends what it allows and
+what it forbids, and checks every answer (status, content type, body and SSE events) against it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO, start_worker
+
+SCHEMATHESIS = Path(sys.executable).parent / "schemathesis"
+SEED = "20251115"  # a fixed seed: the same cases every run, so a failure reproduces
+
+
+def test_schemathesis_finds_no_failure(model_path, tmp_path):
+    # One llama.cpp thread: on a busy 2-core machine two threads wait on each other at every barrier,
+    # and a 1-token request can take 10 s (past the response-time check). --embeddings: that route too.
+    worker = start_worker(tmp_path, "--ctx-size", "4096", "--parallel", "2", "--threads", "1", "--embeddings")
+    try:
+        # --max-examples bounds the work (--max-time would not: it repeats the fuzzing until it is spent);
+        # the hooks keep each generation short and excuse only what a schema cannot say.
+        run = subprocess.run(
+            [str(SCHEMATHESIS), "run", worker.url + "/openapi.json", "--checks", "all",
+             "--max-examples", "25", "--seed", SEED, "--generation-database", "none", "--workers", "1",
+             "--request-timeout", "30", "--max-response-time", "20", "--no-color", "--output-sanitize", "false"],
+            cwd=tmp_path, capture_output=True, text=True, timeout=240,
+            env={**os.environ, "SCHEMATHESIS_HOOKS": "tests.schemathesis_hooks", "PYTHONPATH": str(REPO)},
+        )
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    assert run.returncode == 0, run.stdout[-30000:] + run.stderr[-3000:]

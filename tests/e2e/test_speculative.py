@@ -1,0 +1,184 @@
+"""Speculative decoding (--spec-type ngram|draft) never changes the text: greedy and seeded answers equal a worker
+without drafts, alone and four at once, with prompts longer than a step's prefill; drafts are counted in logs,
+/metrics and the pool-manager's end event; a draft model with another vocabulary is a startup error naming both.
+The drafting rule alone, without a model: tests/unit/test_draft_rule.py."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from pathlib import Path
+
+import aiohttp
+import gguf
+import pytest
+from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+
+from tests.conftest import REPO, WorkerProcess, start_worker
+from tests.e2e.test_prefix_cache import conversations_beside_off
+from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
+
+FLAGS = ("--parallel", "4", "--ctx-size", "8192")
+# Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
+# (more than one 256-token prefill chunk), and open-ended questions, where drafts are mostly rejected.
+SOURCES = ("worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "worker/timefmt.py",
+           "worker/engine/speculative/prompt_lookup.py")
+COPYING = [f"Quote the following code exactly:\n\n{(REPO / path).read_text()[:1400]}" for path in SOURCES]
+OPEN_ENDED = ["Write a short story about a lighthouse keeper.", "List ten fruits and one fact about each."]
+GREEDY = {"temperature": 0, "max_tokens": 120}
+
+
+def _ngram_worker(folder: Path):
+    process = start_worker(folder, *FLAGS, "--spec-type", "ngram")
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def ngram_worker(tmp_path_factory: pytest.TempPathFactory):
+    yield from _ngram_worker(tmp_path_factory.mktemp("ngram"))
+
+
+@pytest.fixture
+def fresh_ngram_worker(tmp_path: Path):
+    """A worker whose drafting rule has learnt nothing yet: what other tests' requests taught it (sampled answers
+    rejecting drafts lower a kind's acceptance for every later request) cannot hold back the drafts a test counts."""
+    yield from _ngram_worker(tmp_path)
+
+
+async def answers(http: aiohttp.ClientSession, url: str, prompts: list[str], together: bool, **extra) -> list[str]:
+    async def one(prompt: str) -> str:
+        body = {"messages": [{"role": "user", "content": prompt}], **GREEDY, **extra}
+        return completion_text(await openai_once(http, url + "/v1/chat/completions", body))
+
+    if together:
+        return list(await asyncio.gather(*(one(p) for p in prompts)))
+    return [await one(p) for p in prompts]
+
+
+async def draft_counters(http: aiohttp.ClientSession, url: str) -> tuple[float, float]:
+    async with http.get(url + "/metrics") as response:
+        text = await response.text()
+    value = lambda name: float(re.search(rf"^{name} (\S+)$", text, re.M)[1])  # noqa: E731
+    return value("llm_worker_draft_tokens_total"), value("llm_worker_draft_accepted_tokens_total")
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "four-at-once"])
+async def test_ngram_drafts_leave_greedy_text_unchanged(http, base_url, ngram_worker, together):
+    prompts = COPYING + OPEN_ENDED
+    before = await draft_counters(http, ngram_worker.url)
+    drafted = await answers(http, ngram_worker.url, prompts, together)
+    assert drafted == await answers(http, base_url, prompts, together)
+    after = await draft_counters(http, ngram_worker.url)
+    assert after[0] > before[0] and after[1] > before[1], (before, after)  # drafts were made, and kept
+    assert after[1] - before[1] < after[0] - before[0]  # and some rejected: the rejecting path ran too
+
+
+async def test_seeded_sampling_draws_the_same_text_with_drafts(http, base_url, ngram_worker):
+    """Each kept token is what the chain sampled from its row, one draw per token as without drafts."""
+    body = {"temperature": 0.7, "seed": 1234, "max_tokens": 120}
+    prompt = COPYING[0]
+    ours = await answers(http, ngram_worker.url, [prompt], False, **body)
+    assert ours == await answers(http, base_url, [prompt], False, **body)
+
+
+async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
+    async with http.get(ngram_worker.url + "/health") as response:
+        exactness = (await response.json())["exactness"]
+    assert exactness["speculative"] == "ngram" and exactness["drafts_keep_text"] is True, exactness
+    assert "drafts_may_change_text" not in ngram_worker.log()
+
+
+async def test_drafts_are_reported_per_request(http, fresh_ngram_worker):
+    """request_done logs and the pool-manager's end event count drafted and accepted tokens; draft_max 0 drafts none."""
+    worker = fresh_ngram_worker
+
+    def request_done() -> list[dict]:
+        return [json.loads(line) for line in worker.log().splitlines() if '"request_done"' in line]
+
+    await wait_idle(http, worker.url)
+    logged, counted = len(request_done()), await draft_counters(http, worker.url)
+    events = await execute(http, worker.url, {"job_id": "spec-1", "prompt": COPYING[1], "max_tokens": 100,
+                                              "temperature": 0})
+    end = next(e for e in events if isinstance(e, dict) and e.get("type") == "end")
+    assert end["draft_tokens"] >= end["draft_accepted_tokens"] > 0, end
+    await answers(http, worker.url, [COPYING[1]], False, draft_max=0)
+    # Counted and logged before the response's end: right after it, /metrics and the log have both requests.
+    assert [d["draft_tokens"] for d in request_done()[logged:]] == [end["draft_tokens"], 0]
+    assert await draft_counters(http, worker.url) == (counted[0] + end["draft_tokens"],
+                                                      counted[1] + end["draft_accepted_tokens"])
+
+
+async def test_draft_max_out_of_range_is_a_400(http, ngram_worker):
+    async with http.post(ngram_worker.url + "/v1/chat/completions",
+                         json={"messages": [{"role": "user", "content": "hi"}], "draft_max": 65}) as response:
+        assert response.status == 400
+        assert "draft_max" in await response.text()
+
+
+async def test_cancelled_mid_draft_leaves_no_cell_reused_wrongly(http, ngram_worker):
+    """A stream cut off while it drafts: its slot is freed, and the same prompt again answers as a cold worker."""
+    body = {"messages": [{"role": "user", "content": COPYING[2]}], **GREEDY, "stream": True}
+    for _ in range(3):
+        async with http.post(ngram_worker.url + "/v1/chat/completions", json=body) as response:
+            seen = 0
+            async for line in response.content:
+                seen += line.startswith(b"data:")
+                if seen == 30:
+                    break  # leaving the block closes the connection mid-stream
+    full = await answers(http, ngram_worker.url, [COPYING[2]], False)
+    streamed = await openai_stream(http, ngram_worker.url + "/v1/chat/completions", {**body, "stream": True})
+    assert [streamed.text] == full
+    assert (await wait_idle(http, ngram_worker.url))["running"] == 0
+
+
+async def test_multi_turn_with_drafts_reuses_answers_and_equals_off(http, tmp_path, model_path):
+    """The exact cache with drafting on: conversations side by side equal `off`, each turn past the last answer."""
+    side = await conversations_beside_off(http, tmp_path, model_path, "--spec-type", "ngram")
+    assert side.exactness["answers_reused"] is True and side.exactness["speculative"] == "ngram"
+
+
+@pytest.fixture(scope="module")
+def draft_worker(quantized, tmp_path_factory: pytest.TempPathFactory):
+    """A draft model made from the test model itself: quantized to Q4_0, so the vocabulary is the same."""
+    process = start_worker(tmp_path_factory.mktemp("draft"), *FLAGS, "--spec-type", "draft",
+                           "--model-draft", str(quantized("q4_0")))
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.mark.parametrize("together", [False, True], ids=["alone", "four-at-once"])
+async def test_a_draft_model_leaves_greedy_text_unchanged(http, base_url, draft_worker, together):
+    prompts = COPYING + OPEN_ENDED[:1]
+    before = await draft_counters(http, draft_worker.url)
+    assert await answers(http, draft_worker.url, prompts, together) == await answers(http, base_url, prompts, together)
+    after = await draft_counters(http, draft_worker.url)
+    assert after[1] > before[1], (before, after)
+
+
+def another_vocabulary(model: Path, out: Path) -> Path:
+    """The test model with two tokens' texts swapped: the same shapes, another vocabulary."""
+    reader = gguf.GGUFReader(model)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    tokens = reader.fields["tokenizer.ggml.tokens"].contents()
+    tokens[1000], tokens[1001] = tokens[1001], tokens[1000]
+    copy_with_new_metadata(reader, gguf.GGUFWriter(out, arch=arch, endianess=reader.endianess), {
+        "tokenizer.ggml.tokens": MetadataDetails(gguf.GGUFValueType.ARRAY, tokens,
+                                                 sub_type=gguf.GGUFValueType.STRING)}, [])
+    return out
+
+
+def test_a_draft_model_with_another_vocabulary_is_a_startup_error(model_path, tmp_path):
+    other = another_vocabulary(model_path, tmp_path / "other-vocab.gguf")
+    worker: WorkerProcess = start_worker(tmp_path, "--spec-type", "draft", "--model-draft", str(other), wait=False)
+    assert worker.process.wait(120) != 0
+    lines = [line for line in worker.log().splitlines() if "vocabularies differ" in line]
+    assert lines and "other-vocab.gguf" in lines[0] and model_path.name in lines[0], worker.log()[-2000:]
+    assert "token 1000" in lines[0]
+
+
+def test_spec_type_draft_needs_a_draft_model(tmp_path):
+    worker = start_worker(tmp_path, "--spec-type", "draft", wait=False)
+    assert worker.process.wait(60) != 0
+    assert "--spec-type draft and --model-draft PATH go together" in worker.log()

@@ -1,0 +1,36 @@
+"""Small rules the code keeps: what serving a local model imports, and when it loads llama_cpp."""
+
+from __future__ import annotations
+
+from tests.helpers import run_python
+
+
+def test_serving_a_local_gguf_imports_neither_the_hub_client_nor_gguf(model_path):
+    """They cost ~12 MB of RSS; only a hub download or a SafeTensors conversion loads them."""
+    run = run_python(
+        "import sys\n"
+        "import worker.lifecycle.run\n"
+        "from worker.source import load_registry, resolve_model\n"
+        f"for name in (None, {str(model_path)!r}):  # the registry's package, already downloaded; the file itself\n"
+        "    resolve_model(name, load_registry())\n"
+        "print(sorted(m for m in ('gguf', 'huggingface_hub', 'yaml') if m in sys.modules))"
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "[]"
+
+
+def test_serving_loads_llama_cpp_only_once_the_library_is_chosen(model_path):
+    """The routes, settings and model resolution come first; which libllama loads depends on the model
+    (worker/engine/exactness/build_choice.py), and llama_cpp loads it on import."""
+    run = run_python(
+        "import sys\n"
+        "from pathlib import Path\n"
+        "import worker.lifecycle.run\n"
+        "from worker.cli import main\n"
+        "from worker.engine import CacheMode, ChatPrompt, EngineConfig, QueueFull, SamplingParams, SchedulerStats\n"
+        "from worker.engine.exactness.build_choice import choose_library\n"
+        f"choose_library(Path({str(model_path)!r}), EngineConfig())\n"
+        "print('llama_cpp' in sys.modules)"
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines()[-1] == "False"

@@ -1,0 +1,27 @@
+"""The command line without running it: the configuration page documents every serve flag in serve's sections,
+and the micro-batch default per backend."""
+
+import re
+
+import pytest
+
+from tests.conftest import REPO
+
+
+def test_the_configuration_page_documents_every_serve_flag_in_the_same_sections():
+    from worker.cli import SERVE_SECTIONS, serve
+
+    page = (REPO / "docs" / "configuration.md").read_text()
+    assert re.findall(r"^### (.+)$", page, re.MULTILINE) == list(SERVE_SECTIONS)
+    undocumented = [param.opts[0] for param in serve.params if param.name != "help" and f"`{param.opts[0]}" not in page]
+    assert not undocumented, f"docs/configuration.md lacks {undocumented}"
+
+
+@pytest.mark.parametrize("args,ubatch", [((), 256), (("--backend", "cuda"), 512), (("-ub", "128"), 128)])
+def test_the_micro_batch_defaults_to_256_on_cpu(args, ubatch):
+    """The cpu backend's compute buffer is in RAM and grows with -ub; a GPU keeps llama.cpp's 512."""
+    from worker.cli import serve
+    from worker.settings import settings_from_flags
+
+    flags = serve.make_context("serve", list(args)).params
+    assert settings_from_flags(flags).engine.ubatch_size == ubatch

@@ -1,0 +1,49 @@
+"""The JSON schema checks alone, without a worker (worker/engine/constraints/json_schema.py): a refusal names the
+keyword, annotations are ignored, patterns are taken only where they cannot break the JSON string."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.engine.constraints.json_schema import MAX_REPEAT, SchemaProblem, pattern_problem, schema_grammar
+
+
+@pytest.mark.parametrize("schema,where", [
+    ({"type": ["string", "null"], "maxLength": 3}, "maxLength"),
+    ({"anyOf": [{"type": "string"}], "type": "string"}, "type"),
+    ({"$ref": "#/$defs/missing"}, "$ref"),
+    ({"$ref": "https://example.com/schema.json"}, "$ref"),
+    ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, "required"),
+    ({"type": "array", "prefixItems": [{"type": "string"}], "minItems": 2}, "prefixItems"),
+    ({"type": "array", "prefixItems": [{"type": "string"}], "items": {"type": "string"}}, "items"),
+    ({"type": "array", "items": {"type": "string"}, "maxItems": MAX_REPEAT + 1}, "maxItems"),
+    ({"allOf": [{"type": "string"}, {"maxLength": 3}]}, "allOf"),
+    ({"type": "string", "format": "date", "minLength": 3}, "minLength"),
+    ({"if": {"type": "string"}, "then": {"maxLength": 2}}, "if"),
+])
+def test_schema_refusals_name_the_keyword(schema, where):
+    with pytest.raises(SchemaProblem) as refused:
+        schema_grammar(schema)
+    assert where in [path for path, _ in refused.value.problems]
+
+
+def test_annotations_and_unknown_keywords_are_ignored():
+    schema_grammar({"title": "T", "description": "d", "$comment": "c", "x-vendor": 1, "type": "object",
+                    "properties": {"a": {"description": "anything", "examples": [1]}}, "additionalProperties": True})
+
+
+@pytest.mark.parametrize("pattern,ok", [
+    ("^[A-Z]{2}[0-9]{3,4}$", True),
+    ("^(ab|cd)+x?$", True),
+    ("^\\(x\\)$", True),
+    ("^[a-z]+", False),  # unanchored: JSON Schema patterns search, the converter matches whole strings
+    ("^a.b$", False),  # a wildcard can match a quote or a backslash, written raw into the JSON string
+    ("^[^a]$", False),
+    ("^[ -~]$", False),  # the range holds a quote and a backslash
+    ("^\\d{3}$", False),
+    ("^a\"b$", False),
+    ("^(?=a)a$", False),
+    ("^a{1,5000}$", False),
+])
+def test_pattern_checks(pattern, ok):
+    assert (pattern_problem(pattern) is None) == ok

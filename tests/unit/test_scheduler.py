@@ -1,0 +1,138 @@
+"""Admission decisions, without a model: who goes to which slot, on which cells, and who waits."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from worker.engine.cache.prefix_cache import ALIGN, PrefixCache, Reuse, align_down
+from worker.engine.core.scheduler import STALL_FACTOR, Pace, Scheduler
+from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.modes import CacheMode
+from worker.engine.requests import Request
+
+SHARED = list(range(1000, 1600))  # a 600-token system prompt
+
+
+def sequence(prompt: list[int]) -> Sequence:
+    return Sequence(Request(prompt_tokens=prompt, max_tokens=8))
+
+
+def running(prompt: list[int], slot: int, n_past: int, state: SequenceState) -> Sequence:
+    seq = sequence(prompt)
+    seq.slot, seq.n_past, seq.state = slot, n_past, state
+    return seq
+
+
+def scheduler() -> Scheduler:
+    return Scheduler(PrefixCache(CacheMode.EXACT, 4), budget=256)
+
+
+def test_a_burst_with_one_new_prefix_admits_one_and_lets_an_unrelated_request_pass():
+    first, second = sequence([*SHARED, 1, 2, 3]), sequence([*SHARED, 4, 5, 6])
+    unrelated = sequence(list(range(50, 90)))
+    waiting = deque([first, second, unrelated])
+    admitted = scheduler().admit(waiting, [0, 1, 2, 3], [])
+    assert [a.sequence for a in admitted] == [first, unrelated]
+    assert list(waiting) == [second]  # waits for the cells `first` is prefilling, keeping its place
+
+
+def test_a_prefix_still_being_prefilled_is_waited_for_then_copied():
+    holder = running([*SHARED, 1, 2, 3], slot=0, n_past=256, state=SequenceState.PREFILLING)
+    follower = sequence([*SHARED, 4, 5, 6])
+    waiting = deque([follower])
+    assert scheduler().admit(waiting, [1, 2, 3], [holder]) == []
+    holder.n_past, holder.state = len(holder.prompt), SequenceState.DECODING
+    (admission,) = scheduler().admit(waiting, [1, 2, 3], [holder])
+    assert admission.source == 0 and admission.slot != 0
+    assert admission.reuse == len(SHARED) // ALIGN * ALIGN  # whole prefill-made blocks only (exact)
+
+
+def test_a_short_shared_prefix_is_not_worth_a_copy():
+    holder = running([*SHARED[:20], 1, 2, 3], slot=0, n_past=23, state=SequenceState.DECODING)
+    waiting = deque([sequence([*SHARED[:20], 4, 5, 6])])
+    (admission,) = scheduler().admit(waiting, [1, 2, 3], [holder])
+    assert admission.source is None and admission.reuse == 0
+
+
+def test_a_request_needing_more_slots_than_are_free_holds_back_those_behind_it():
+    wide = sequence(list(range(10, 60)))
+    wide.forks = [sequence(wide.prompt) for _ in range(3)]
+    small = sequence(list(range(70, 90)))
+    waiting = deque([wide, small])
+    assert scheduler().admit(waiting, [0, 1], []) == []
+    assert list(waiting) == [wide, small]
+
+
+ANSWERED = SHARED[:100]  # a turn's prompt (100 tokens), then its answer (30 tokens, decoded one at a time)
+NEXT_TURN = ANSWERED + list(range(2000, 2030)) + list(range(3000, 3020))
+
+
+def cache_after_a_turn(trusted: bool) -> PrefixCache:
+    cache = PrefixCache(CacheMode.EXACT, 2)
+    if trusted:
+        cache.trust_decoded_cells()
+    cache.claim(0)
+    cache.release(0, NEXT_TURN[:130], prefilled=100)
+    return cache
+
+
+def test_exact_mode_reuses_only_whole_prefilled_blocks_by_default():
+    cache = cache_after_a_turn(trusted=False)
+    assert cache.choose(NEXT_TURN, [0, 1], {}).cells == 96  # 100 prefilled, down to a block; no answer cells
+    assert cache.unsettled([0, 1]) is not None  # the answer waits to be prefilled again while idle
+
+
+def test_exact_mode_reuses_the_answer_where_the_numerics_make_it_as_prefill_does():
+    cache = cache_after_a_turn(trusted=True)
+    assert cache.choose(NEXT_TURN, [0, 1], {}).cells == 130  # the whole turn, answer included, unaligned
+    assert cache.cells_held(0) == 130 and cache.unsettled([0, 1]) is None
+
+
+def test_trusting_decoded_cells_changes_nothing_when_the_cache_is_off():
+    cache = PrefixCache(CacheMode.OFF, 1)
+    cache.trust_decoded_cells()
+    assert not cache.every_cell and cache.choose(NEXT_TURN, [0], {}).cells == 0
+
+
+def cache_holding(*streams: list[int]) -> PrefixCache:
+    """Slots 0, 1, ... holding these finished requests' cells, in that order of use."""
+    cache = PrefixCache(CacheMode.EXACT, 4)
+    cache.trust_decoded_cells()
+    for slot, tokens in enumerate(streams):
+        cache.claim(slot)
+        cache.release(slot, tokens, prefilled=len(tokens))
+    return cache
+
+
+def test_a_prompt_sharing_only_a_short_prefix_leaves_another_conversation_in_its_slot():
+    cache = cache_holding(SHARED[:20] + list(range(3000, 3400)))
+    # An empty slot takes it: the conversation in slot 0 is still whole for its next turn; 20 tokens: no copy.
+    assert cache.choose(SHARED[:20] + list(range(5000, 5300)), [0, 1, 2, 3], {}) == Reuse(1, 0)
+
+
+def test_a_free_slots_longer_prefix_is_copied_into_an_empty_slot_rather_than_overwritten():
+    cache = cache_holding(SHARED + list(range(3000, 3400)))
+    assert cache.choose([*SHARED, 7, 8, 9], [0, 1, 2, 3], {}) == Reuse(1, len(SHARED), source=0)
+
+
+def test_with_no_empty_slot_a_prompt_takes_one_in_place_only_if_it_keeps_more_cells_than_it_drops():
+    cache = cache_holding(SHARED[:20] + list(range(3000, 3400)), SHARED + list(range(4000, 4100)))
+    assert cache.choose([*SHARED, 7, 8, 9], [0, 1], {}) == Reuse(1, len(SHARED))  # keeps 600, drops 100
+    assert cache.choose([*SHARED[:20], 7, 8, 9], [0, 1], {}) == Reuse(0, 20)  # keeps 20 of 420: LRU, no copy
+    assert cache.choose(list(range(9000, 9200)), [0, 1], {}) == Reuse(0, 0)  # shares nothing: LRU
+
+
+def test_prefill_beside_running_streams_is_held_to_the_measured_pace():
+    """Every running stream waits for a step's prefill: while any decodes, a step prefills only what fits in
+    STALL_FACTOR decode steps at the measured speed (whole blocks); with none decoding, the whole budget."""
+    pace = Pace()
+    pace.observe_decode(0.050)  # a step of decode rows: 50 ms
+    pace.observe_prefill(0.640, 256)  # 2.5 ms a prompt token
+    plan = Scheduler(PrefixCache(CacheMode.EXACT, 4), budget=256, pace=pace).plan
+    new = running(list(range(10, 510)), slot=1, n_past=0, state=SequenceState.PREFILLING)
+    streaming = running(list(range(600, 640)), slot=0, n_past=45, state=SequenceState.DECODING)
+    (chunk,) = plan([streaming, new], [2, 3], 0, False).prefill
+    assert chunk.end - chunk.start == align_down(int(STALL_FACTOR * 0.050 / 0.0025)) == 80
+    (alone,) = plan([new], [0, 2, 3], 0, False).prefill
+    assert alone.end - alone.start == 256
+    assert Pace().prefill_tokens_beside_streams(256) == 256  # nothing measured yet: the whole budget
