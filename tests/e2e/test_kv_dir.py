@@ -151,12 +151,17 @@ async def test_under_the_block_rule_a_slot_file_holds_the_prefilled_blocks_and_r
     assert done.warm[0] == done.cold[0]
 
 
+def header_of(raw: bytes) -> tuple[int, int, dict]:
+    """A cell file's header: where it starts, its length, and what it says."""
+    start = len(cell_file.MAGIC) + cell_file.LENGTH.size
+    (length,) = cell_file.LENGTH.unpack_from(raw, len(cell_file.MAGIC))
+    return start, length, json.loads(raw[start:start + length])
+
+
 def rewritten(raw: bytes, **fingerprint: str) -> bytes:
     """A whole cell file whose fingerprint says otherwise: what another model, build or cell type writes, with its
     checksum made again (only the fingerprint may then refuse it)."""
-    start = len(cell_file.MAGIC) + cell_file.LENGTH.size
-    (length,) = cell_file.LENGTH.unpack_from(raw, len(cell_file.MAGIC))
-    header = json.loads(raw[start:start + length])
+    start, length, header = header_of(raw)
     header["fingerprint"].update(fingerprint)
     new = json.dumps(header).encode()
     body = cell_file.MAGIC + cell_file.LENGTH.pack(len(new)) + new + raw[start + length:-cell_file.DIGEST_BYTES]
@@ -166,12 +171,17 @@ def rewritten(raw: bytes, **fingerprint: str) -> bytes:
 def plant_unusable_files(folder: Path) -> dict[str, str]:
     """Files the replacement must skip, beside what the first worker wrote: file name -> start of its warning."""
     raw = max(folder.glob("*.kv"), key=lambda path: path.stat().st_size).read_bytes()
+    mine = header_of(raw)[2]["fingerprint"]
+    other_type = "q8_0" if mine["cache_type_k"] == "f16" else "f16"
     draw = random.Random(38)
     planted = {f"{draw.getrandbits(128):032x}.kv": (content, why) for content, why in [
         *((raw[:draw.randrange(len(raw))], "truncated") for _ in range(3)),
         (rewritten(raw, model_sha256="0" * 64), "fingerprint differs: model_sha256 0000"),  # another model
         (rewritten(raw, libraries_sha256="1" * 64), "fingerprint differs: libraries_sha256 1111"),  # another build
-        (rewritten(raw, cache_type_k="f16"), "fingerprint differs: cache_type_k f16 here q8_0")]}
+        # another ggml switch (a warning shows a value's first 16 characters)
+        (rewritten(raw, ggml_env="GGML_CPU_TILED_MM=0"), "fingerprint differs: ggml_env GGML_CPU_TILED_M"),
+        (rewritten(raw, cache_type_k=other_type),
+         f"fingerprint differs: cache_type_k {other_type} here {mine['cache_type_k']}")]}
     for name, (content, _) in planted.items():
         (folder / name).write_bytes(content)
     return {name: why for name, (_, why) in planted.items()}
@@ -179,7 +189,7 @@ def plant_unusable_files(folder: Path) -> dict[str, str]:
 
 async def test_a_replacement_on_the_same_kv_dir_reuses_each_history_and_equals_off(http, worker_off, tmp_path):
     """Four conversations on two slots (two pushed into host memory), SIGTERM: all four are written on drain. A
-    replacement on the same folder, beside six files it must not load, loads them before it reports ready, and
+    replacement on the same folder, beside seven files it must not load, loads them before it reports ready, and
     each conversation's next turn reuses its history and answers as a cold worker does."""
     kv = tmp_path / "kv"
     flags = (*TWO_SLOTS, "--kv-dir", str(kv), "--kv-dir-interval", "0")
@@ -193,6 +203,10 @@ async def test_a_replacement_on_the_same_kv_dir_reuses_each_history_and_equals_o
         assert first_worker.stop() == 0, first_worker.log()[-3000:]
     [written] = log_events(first_worker, "kv_dir_written")
     assert written["written"] == 4 and len(list(kv.glob("*.kv"))) == 4, written
+    # Made under the build exact mode loads, its switch on (tests/e2e/test_batch_invariant_serve.py): so said.
+    made = header_of(next(kv.glob("*.kv")).read_bytes())[2]["fingerprint"]
+    assert made["build"] == "batch-invariant" and "batch_invariant=True" in made["kernels"], made
+    assert "GGML_CPU_BATCH_INVARIANT=1" in made["ggml_env"].split(";"), made
     planted = plant_unusable_files(kv)
     for messages, (answer, _), (_, second) in zip(histories, firsts, QUESTIONS):
         messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": second}]

@@ -9,7 +9,8 @@ change here: the model file's content hash; the bytes of every llama.cpp library
 its compile flags and any patches, whatever they are); every GGML_* variable in the environment, where ggml reads
 its run-time switches; the C library (libm's functions are in some kernels' scalar tails), the CPU (its instruction
 set picks code paths) and any GPU runtime the process mapped; and the engine's own choices: cache mode, K/V cell
-types, flash attention, cells per sequence, repacking, backend, offloaded layers and threads.
+types, flash attention, cells per sequence, the build loaded and its kernels (tiled matmul, repacking, ggml's
+batch-invariant switch as it took effect), backend, offloaded layers and threads.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from worker.engine.exactness.build_choice import loaded_library
+from worker.engine.exactness.build_choice import loaded_build, loaded_library
 from worker.source.cache import content_sha256
 
 if TYPE_CHECKING:  # free of llama_cpp, as SchedulerStats' import of the disk cache's counters needs
@@ -71,7 +72,7 @@ def _short(value: str | None) -> str:
 def engine_fingerprint(model: LlamaModel) -> Fingerprint:
     """The fingerprint of the loaded model's numerics: after the model is loaded (ggml's switches are set then).
     Hashes the model file unless the source cache already names it by its hash (~0.13 s per 100 MB here)."""
-    config, attention = model.config, model.attention
+    config, attention, kernels = model.config, model.attention, model.kernels
     return Fingerprint.of({
         "model_sha256": content_sha256(model.path),
         "libraries_sha256": _files_digest(library_files()),
@@ -86,7 +87,10 @@ def engine_fingerprint(model: LlamaModel) -> Fingerprint:
         "cache_type_v": attention.cache_type_v,
         "flash_attn": attention.flash_attn,
         "n_ctx_seq": str(model.n_ctx_seq),
-        "repack": str(model.kernels.repack),
+        # The libraries' bytes and ggml_env already tell builds and switches apart; these say which build loaded and
+        # what its kernels took (a switch asked of a library without it is off), in words a skip's warning shows.
+        "build": loaded_build(),
+        "kernels": f"tiled_mm={kernels.tiled_mm} repack={kernels.repack} batch_invariant={kernels.batch_invariant}",
         "backend": f"{config.backend}:{config.device}",
         "rpc": ",".join(config.rpc_servers),
         "n_gpu_layers": str(config.n_gpu_layers),
