@@ -45,6 +45,7 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(responses.routes)
     responses.stores(app)
     app.add_routes(llama_server.routes)
+    app.add_routes(llama_server.slot_routes)
     app.add_routes(openai.embedding_routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))
     app.router.add_get("/openapi.json", openapi_json)
