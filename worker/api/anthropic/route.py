@@ -92,8 +92,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     chat, turn = await _turn(request)
     message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": worker.model_id}
-    choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
-                              turn.prompt.reasoning)
+    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"])
     answer = turn.answers()
     async with generating(worker, choices) as (handle,):
         if chat.generation.stream:

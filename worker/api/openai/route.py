@@ -142,7 +142,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
     """`echo`: text that leads every choice (a completion's prompt, when asked for)."""
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
     prompt, generation = turn.prompt, turn.generation
-    choices = engine_requests(worker, prompt.tokens, generation, request["request_id"], prompt.reasoning)
+    choices = engine_requests(worker, prompt, generation, request["request_id"])
     wants_logprobs = generation.logprobs is not None
     # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
     scorer = CompletionLogprobs(0) if generation.scores_prompt else None
@@ -238,6 +238,8 @@ _generation_route("/v1/completions", parse_completion, COMPLETION, _completion_t
 @routes.get("/v1/models")
 async def models(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
+    # What a prompt may hold (text, image), as llama-server says it; known once the model (and projector) loaded.
+    modalities = {"input_modalities": list(worker.engine.input_modalities)} if worker.engine is not None else {}
     return web.json_response({"object": "list", "data": [
-        {"id": worker.model_id, "object": "model", "created": 0, "owned_by": "llm-worker"},
+        {"id": worker.model_id, "object": "model", "created": 0, "owned_by": "llm-worker", **modalities},
     ]})

@@ -107,8 +107,7 @@ async def create(request: web.Request) -> web.StreamResponse:
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": worker.model_id, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}
-    choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
-                              turn.prompt.reasoning)
+    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"])
     answer = turn.answers()
     async with generating(worker, choices) as (handle,):
         if parsed.stream:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from worker.api.generation_fields import ChatRequest, Generation
+from worker.api.image_prompt import check_images_fit, decoded_images
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.tools.answer import Answers, CallStream, PlainText
 from worker.api.tools.formats import ToolFormat, detect
@@ -46,7 +47,9 @@ def chat_text(engine: Engine, chat: ChatRequest) -> str:
 
 def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
     tools, fmt = chat.tools, detect(engine.chat.source)
-    prompt = engine.chat_prompt(chat_text(engine, chat))
+    prompt = engine.chat_prompt(chat_text(engine, chat), decoded_images(engine, chat.images) if chat.images else None)
+    if chat.images:
+        check_images_fit(engine, prompt, len(chat.images))
     if tools is None:
         return Turn(prompt, chat.generation)
     log.debug("tools", format=fmt.name, functions=len(tools.functions), forced=tools.forced, only=tools.only)
