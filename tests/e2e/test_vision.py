@@ -194,3 +194,20 @@ def vision_model(worker: WorkerProcess) -> str:
 
     with urllib.request.urlopen(worker.url + "/v1/models") as response:
         return json.loads(response.read())["data"][0]["id"]
+
+
+def test_the_anthropic_sdk_sends_an_image_block(vision):
+    import anthropic
+
+    client = anthropic.Anthropic(base_url=vision.url, api_key="unused", max_retries=0)
+    model = vision_model(vision)
+    blue = base64.b64encode(png(COLOURS["blue"])).decode()
+    greedy = {"extra_body": {"temperature": 0}}  # this SDK takes no temperature argument
+    message = client.messages.create(model=model, max_tokens=12, **greedy, messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": blue}},
+        {"type": "text", "text": QUESTION}]}])
+    text = "".join(block.text for block in message.content if block.type == "text").lower()
+    assert "blue" in text and "red" not in text, text
+    with pytest.raises(anthropic.BadRequestError, match="fetches no URLs"):
+        client.messages.create(model=model, max_tokens=4, messages=[{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}])

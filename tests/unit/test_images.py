@@ -114,3 +114,29 @@ def test_models_toml_mmproj_is_read_beside_the_file(tmp_path: Path):
     extra.write_text('[models.v]\nmmproj = 3\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
     with pytest.raises(WorkerError, match="mmproj must be the path of a projector GGUF"):
         load_registry(extra)
+
+
+def test_anthropic_image_blocks_become_markers_and_a_url_source_is_refused():
+    from worker.api.anthropic.request import parse_messages
+
+    blue = base64.b64encode(png((0, 0, 255))).decode()
+    chat = parse_messages({"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "text", "text": "See "}, {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                                                      "data": blue}}]}]})
+    assert chat.messages[-1]["content"] == f"See {MEDIA_MARKER}"
+    assert [image.field for image in chat.images] == ["messages[0].content[1].source.data"]
+    with pytest.raises(InvalidRequest, match="fetches no URLs"):
+        parse_messages({"max_tokens": 4, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}]})
+
+
+def test_responses_input_image_parts_become_chat_images():
+    from worker.api.responses.request import parse_responses
+    from worker.api.responses.store import ResponseStore
+    from worker.engine import SamplingParams
+
+    parsed = parse_responses({"input": [{"role": "user", "content": [
+        {"type": "input_text", "text": "Which?"}, {"type": "input_image", "image_url": data_url(png((0, 255, 0)))}]}]},
+        n_vocab=100, defaults=SamplingParams(), max_choices=1, check_grammar=None, store=ResponseStore())
+    assert parsed.chat.messages[-1]["content"] == f"Which?{MEDIA_MARKER}"
+    assert len(parsed.chat.images) == 1 and parsed.chat.images[0].width == 64

@@ -23,6 +23,7 @@ MAX_IMAGE_BYTES = 20 * 2**20  # OpenAI's limit for one image
 # 40 MP: a 3 bytes-a-pixel decode of 120 MB before mtmd resizes it to the projector's size; a phone photo is 12-50 MP.
 MAX_IMAGE_PIXELS = 40_000_000
 FORMATS = "PNG, JPEG, GIF or BMP"
+NO_FETCH = "this worker fetches no URLs (a worker that fetches what it is handed is a way into its network)"
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
                        re.ASCII)
 
@@ -43,9 +44,8 @@ def image_from_url(r: Reader, field: str, url: Any) -> ImageInput | None:
         r.problem(field, "a data: URL", f"{field} must be a string: a data:image/...;base64,... URL", _short(url))
         return None
     if url.startswith(("http://", "https://", "file:")):
-        r.problem(field, "a data: URL", f"{field}: this worker fetches no URLs (a worker that fetches what it is "
-                  "handed is a way into its network); send the image inline as a data:image/png;base64,... URL",
-                  _short(url))
+        r.problem(field, "a data: URL", f"{field}: {NO_FETCH}; send the image inline as a data:image/png;base64,... "
+                  "URL", _short(url))
         return None
     found = _DATA_URL.match(url)
     if found is None or not found["b64"]:

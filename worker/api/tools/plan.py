@@ -6,6 +6,7 @@ For chat, the template's tool-call format decides the rest: how the tools and th
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -63,6 +64,15 @@ def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
     elif sampling.grammar is None:  # beside a request's own grammar, a call happens only where that allows one
         sampling = _lazy_calls(engine, fmt, tools, sampling, chat.prefill)
     return Turn(prompt, replace(chat.generation, sampling=sampling), partial(CallStream, fmt.syntax))
+
+
+async def prepared_turn(engine: Engine, chat: ChatRequest) -> Turn:
+    """chat_turn, on a worker thread when the turn has images: decoding them (stb_image) and resizing them (mtmd)
+    would otherwise hold the event loop, and with it every running stream's next piece. libmtmd's decoding and
+    tokenizing may run beside the engine thread's encoding, as llama-server runs them on its HTTP threads."""
+    if chat.images:
+        return await asyncio.to_thread(chat_turn, engine, chat)
+    return chat_turn(engine, chat)
 
 
 def _lazy_calls(engine: Engine, fmt: ToolFormat, tools: Tools, sampling: SamplingParams,
