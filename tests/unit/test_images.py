@@ -140,3 +140,16 @@ def test_responses_input_image_parts_become_chat_images():
         n_vocab=100, defaults=SamplingParams(), max_choices=1, check_grammar=None, store=ResponseStore())
     assert parsed.chat.messages[-1]["content"] == f"Which?{MEDIA_MARKER}"
     assert len(parsed.chat.images) == 1 and parsed.chat.images[0].width == 64
+
+
+def test_responses_text_parts_read_as_before_images_an_empty_list_included():
+    from worker.api.responses.request import parse_responses
+    from worker.api.responses.store import ResponseStore
+    from worker.engine import SamplingParams
+
+    parsed = parse_responses({"input": [{"role": "user", "content": "Hi"}, {"type": "function_call", "call_id": "c",
+                                                                           "name": "f", "arguments": "{}"},
+                                        {"type": "function_call_output", "call_id": "c", "output": []}]},
+                             n_vocab=100, defaults=SamplingParams(), max_choices=1, check_grammar=None,
+                             store=ResponseStore())
+    assert parsed.chat.messages[-1] == {"role": "tool", "tool_call_id": "c", "content": ""}

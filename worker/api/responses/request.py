@@ -159,10 +159,10 @@ def _content(r: Reader, field: str, content: Any, images: bool = False) -> str |
     (files, audio) are refused."""
     if isinstance(content, str):
         return content
-    parts = content if isinstance(content, list) and all(isinstance(p, dict) for p in content) else []
-    texts = [isinstance(p.get("text"), str) for p in parts if p.get("type") in _TEXT_PARTS]
-    n_images = sum(p.get("type") == "input_image" for p in parts) if images else 0
-    if parts and all(texts) and len(texts) + n_images == len(parts):
+    parts = content if isinstance(content, list) and all(isinstance(p, dict) for p in content) else None
+    texts = [isinstance(p.get("text"), str) for p in parts or [] if p.get("type") in _TEXT_PARTS]
+    n_images = sum(p.get("type") == "input_image" for p in parts or []) if images else 0
+    if parts is not None and all(texts) and len(texts) + n_images == len(parts):  # [] is "", as before images
         if not n_images:
             return "".join(p["text"] for p in parts)
         return [{"type": "text", "text": p["text"]} if p["type"] in _TEXT_PARTS
