@@ -24,12 +24,13 @@ $(BIN)/llm-worker: pyproject.toml
 
 # Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp: batch-invariant CPU kernels behind
 # GGML_CPU_BATCH_INVARIANT), loaded for every weight type in exact and off modes (worker/engine/exactness/build_choice.py):
-# libllama and ggml only, cached in ~/.cache/llm-worker/llama.cpp per flags and patches.
+# libllama, ggml and libmtmd (images: it must call the libllama loaded), cached in ~/.cache/llm-worker/llama.cpp per
+# flags and patches. The target is libmtmd: an install from before images had none, and is rebuilt.
 BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
-$(BATCH_INVARIANT)/libllama.so: $(BIN)/llm-worker $(wildcard patches/llama.cpp/*.patch)
+$(BATCH_INVARIANT)/libmtmd.so: $(BIN)/llm-worker $(wildcard patches/llama.cpp/*.patch)
 	scripts/install-batch-invariant cpu-native $(VENV)
 
-install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libllama.so
+install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libmtmd.so
 
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)

@@ -97,6 +97,9 @@ def cli() -> None:
               "a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  [default: the registry's default model]")
 @_quant
 @_models_file
+@_option("--mmproj", env="MMPROJ", section=MODEL, type=click.Path(dir_okay=False, path_type=Path), default=None,
+         help="A multimodal projector (mmproj-*.gguf) made for the model: chat messages may then hold images. "
+              "[default: a models.toml entry's mmproj]")
 @_convert_type_option("--convert-type")
 @_quantize_option("--quantize")
 @_option("--model-ref", env="MODEL_REF", section=POOL_MANAGER, default=None,
@@ -237,6 +240,9 @@ def serve(**flags: Any) -> None:
 @click.argument("name", required=False)
 @_quant
 @_models_file
+@_option("--mmproj", env="MMPROJ", section=MODEL, type=click.Path(dir_okay=False, path_type=Path), default=None,
+         help="A multimodal projector (mmproj-*.gguf) made for the model: chat messages may then hold images. "
+              "[default: a models.toml entry's mmproj]")
 @_log_format
 @_log_level
 def pull(name: str | None, quant: str | None, models_file: Path | None, log_format: str | None, log_level: str) -> None:

@@ -46,7 +46,7 @@ def settings_from_flags(flags: dict) -> Settings:
     engine_fields = {name: flags[name] for name in (
         "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue", "cache_ram",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
-        "model_draft", "draft_max", "draft_min",
+        "model_draft", "draft_max", "draft_min", "mmproj",
     )}
     backend = flags["backend"].lower()
     ubatch = flags["ubatch_size"]

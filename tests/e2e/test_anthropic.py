@@ -127,7 +127,7 @@ async def test_bad_input_lists_every_problem_in_anthropics_shape(http, base_url)
     for expected in ["tools[0].input_schema: input_schema is required",
                      "tools[1].type: 'web_search_20250305' tools are not supported",
                      "tool_choice.name: tool_choice names 'nope'", "thinking:", "output_config.format:",
-                     "system[0]: image blocks: images are not supported yet", "system[1]: a content block must be",
+                     "system[0]: image blocks belong in user messages", "system[1]: a content block must be",
                      "metadata must", "messages[0].role:", "messages[1].content[1].tool_use_id: a tool_result block",
                      "messages[1].content[2]: tool_use blocks belong in assistant messages",
                      "messages[2].content[0].input: a tool_use block's input must be an object",

@@ -46,7 +46,7 @@ async def test_openai_lists_every_problem(http, base_url):
     ({"messages": HI, "max_tokens": 10**30}, "max_tokens"),
     ({"messages": HI, "presence_penalty": -3}, "presence_penalty"),
     ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]},
-     "messages[0].content"),
+     "messages[0].content[0].image_url.url"),
     ({"messages": [{"content": "no role"}]}, "messages[0].role"),
     ({"messages": [{"role": "", "content": "Hi"}]}, "messages[0].role"),  # once ran to the end of the context
     ({"messages": [{"role": "User", "content": "Hi"}]}, "messages[0].role"),

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import start_worker
 from tests.examples_helpers import CURLS, EXAMPLE_HOST, PYTHON_BLOCKS, Block
+from tests.vision_helpers import COLOURS, build_projector, png
 
 # An HTTP error fails the example (plain curl exits 0 on a 400); nothing may hang the suite.
 CURL_STRICT = "curl --fail-with-body --silent --show-error --max-time 120 "
@@ -23,8 +24,11 @@ EXAMPLE_TIMEOUT_S = 180
 
 @pytest.fixture(scope="module")
 def example_worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example."""
-    worker = start_worker(tmp_path_factory.mktemp("examples"), "--embeddings", "--parallel", "4", "--ctx-size", "8192")
+    """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example and the test
+    projector for the README's image example (tests/vision_helpers.py)."""
+    folder = tmp_path_factory.mktemp("examples")
+    projector = build_projector(model_path, folder / "mmproj-colours.gguf")
+    worker = start_worker(folder, "--embeddings", "--parallel", "4", "--ctx-size", "8192", "--mmproj", str(projector))
     yield worker
     assert worker.stop() == 0, worker.log()[-3000:]
 
@@ -45,6 +49,7 @@ def test_curl_example(example_worker, block: Block, command: str):
 def test_python_example(example_worker, block: Block, tmp_path: Path):
     script = tmp_path / "example.py"
     script.write_text(at(example_worker, block.text))
+    (tmp_path / "photo.png").write_bytes(png(COLOURS["blue"]))  # the picture the image example reads
     result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path,
                             timeout=EXAMPLE_TIMEOUT_S)
     assert result.returncode == 0, f"{block.name}\n{result.stdout[-2000:]}{result.stderr[-2000:]}"

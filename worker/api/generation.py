@@ -13,15 +13,15 @@ import structlog
 from worker.api.generation_fields import Generation
 from worker.api.metrics import Metrics
 from worker.api.state import WorkerState
-from worker.engine import Event, Finished, Reasoning, Request, RequestHandle, TokenEvent
+from worker.engine import ChatPrompt, Event, Finished, Request, RequestHandle, TokenEvent
 
 log = structlog.get_logger("worker.request")
 
 
-def engine_requests(worker: WorkerState, prompt_tokens: list[int], generation: Generation,
-                    request_id: str, reasoning: Reasoning | None = None) -> list[Request]:
+def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generation, request_id: str) -> list[Request]:
     """One engine request per choice; choice i samples with seed + i, so every choice is repeatable."""
     engine = worker.require_engine()
+    prompt_tokens = prompt.tokens
     # No max_tokens: generate up to the end of this sequence's context.
     max_tokens = generation.max_tokens
     if max_tokens is None:
@@ -30,8 +30,8 @@ def engine_requests(worker: WorkerState, prompt_tokens: list[int], generation: G
     return [Request(prompt_tokens, max_tokens,
                     replace(generation.sampling, seed=(seed + i) % 2**64) if seed is not None else generation.sampling,
                     generation.stop, request_id, timeout_s=worker.settings.request_timeout,
-                    logprobs=generation.logprobs, reasoning=reasoning,
-                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None)
+                    logprobs=generation.logprobs, reasoning=prompt.reasoning,
+                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None, media=prompt.media)
             for i in range(generation.n)]
 
 

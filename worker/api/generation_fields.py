@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from worker.api.images import ImageInput
 from worker.api.problems import Reader
 from worker.api.tools.request import Tools
 from worker.engine import SamplingParams
@@ -45,6 +46,7 @@ class ChatRequest:
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
     tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
     prefill: str = ""  # the start of the answer, which the model continues (Anthropic's final assistant message)
+    images: tuple[ImageInput, ...] = ()  # in prompt order: each stands at a MEDIA_MARKER in a message's content
 
     def prompt_chars(self) -> tuple[str, int]:
         """The field that holds the prompt, and its length in characters (checked before tokenizing)."""

@@ -60,6 +60,7 @@ class EngineConfig:
     model_draft: Path | None = None  # the draft model's GGUF, for SpecType.DRAFT
     draft_max: int = DRAFT_MAX  # drafted tokens a sequence puts in one step, at most
     draft_min: int = 0  # fewer than this are not worth verifying: the sequence drafts none
+    mmproj: Path | None = None  # a multimodal projector (GGUF): images in prompts (native/projector.py)
 
     def __post_init__(self) -> None:
         # The engine compares modes by identity (`is CacheMode.FAST`): a script's "fast" must become the member,

@@ -28,6 +28,7 @@ from worker.engine.exactness.load_check import Numerics, measure
 from worker.engine.handle import RequestHandle
 from worker.engine.modes import CacheMode
 from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
+from worker.engine.native.projector import Bitmap, Projector
 from worker.engine.output.reasoning import opens_in_prompt
 from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
 from worker.engine.prompt.chat_template import ChatTemplate
@@ -74,13 +75,14 @@ class SlotFile:
 
 class Engine:
     def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None) -> None:
+                 template_kwargs: dict[str, Any] | None = None, projector: Projector | None = None) -> None:
         self.model = model
+        self.projector = projector  # None: text only (no --mmproj)
         self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text,
                                  eos_text=model.eos_text)
         self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
         self._loop = loop
-        self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
+        self._steps = EngineLoop(model, model.config.prefix_cache, self._post, projector)
         self._warm = threading.Event()
         self.numerics = Numerics(None, None)  # measured at warm-up in exact mode
         self._warm_up_error: BaseException | None = None
@@ -97,9 +99,13 @@ class Engine:
         `chat_template` replaces the GGUF's own and `template_kwargs` sets its variables (models.toml).
         """
         model = LlamaModel(path, config, progress)
+        projector = None
         try:
-            engine = cls(model, loop, chat_template, template_kwargs)
-        except BaseException:  # a draft model that cannot draft for it, say
+            projector = Projector(config.mmproj, model) if config.mmproj else None
+            engine = cls(model, loop, chat_template, template_kwargs, projector)
+        except BaseException:  # a draft model that cannot draft for it, or a projector made for another model
+            if projector is not None:
+                projector.close()
             model.close()
             raise
         if progress is not None:
@@ -119,6 +125,7 @@ class Engine:
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
                  chat_template="models.toml" if chat_template else "gguf",
+                 mmproj=str(config.mmproj) if config.mmproj else None, input_modalities=engine.input_modalities,
                  **engine.exactness.as_dict(),
                  embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch,
                  cache_ram_limit_bytes=stats.cache_ram_limit_bytes, **restored)
@@ -277,14 +284,29 @@ class Engine:
         tools on offer."""
         return self.chat.render(messages, {**self.template_kwargs, **(template_kwargs or {})}, tools) + prefill
 
-    def chat_prompt(self, prompt: str) -> ChatPrompt:
-        """A chat_text's tokens, and how to split the reply if the model thinks."""
+    def chat_prompt(self, prompt: str, images: list[Bitmap] | None = None) -> ChatPrompt:
+        """A chat_text's tokens, and how to split the reply if the model thinks. `images`: one for each
+        image_marker in the text, in order (decode_image's), tokenized by the projector."""
         # A template that writes BOS itself must not get a second one from the tokenizer.
         add_bos = self.model.add_bos and not prompt.startswith(self.chat.bos_text)
         reasoning = None
         if self.chat.thinks and self.model.config.reasoning_format == "deepseek":
             reasoning = Reasoning(opened_in_prompt=opens_in_prompt(prompt))
+        if images:
+            assert self.projector is not None  # the API refuses images without one (it names --mmproj)
+            media = self.projector.tokenize(prompt, images, add_special=add_bos)
+            return ChatPrompt(media.tokens, reasoning, media.spans)
         return ChatPrompt(self.model.tokenize(prompt, add_special=add_bos), reasoning)
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """What a prompt may hold, as llama-server's /v1/models says it: text, and image with a projector."""
+        return self.projector.input_modalities if self.projector else ("text",)
+
+    def decode_image(self, data: bytes) -> Bitmap:
+        """An image's pixels, hashed for the cache; raises ImageUnreadable. Any thread (the API's)."""
+        assert self.projector is not None  # the API refuses images without one
+        return self.projector.decode_image(data)
 
     def grammar_problem(self, text: str) -> str | None:
         """Why llama.cpp would refuse `text` as a request's grammar, or None: checked before queueing, so the
@@ -378,6 +400,8 @@ class Engine:
         if self._thread.is_alive():
             self._thread.join(timeout)
         if not self._thread.is_alive():  # never free the context under a running decode
+            if self.projector is not None:
+                self.projector.close()
             self.model.close()
 
 

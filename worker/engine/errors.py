@@ -36,6 +36,10 @@ class EmptyPrompt(ValueError):
     pass
 
 
+class ImageUnreadable(ValueError):
+    """Bytes that did not decode as an image (stb_image: jpg, png, bmp, gif...), or images mtmd could not tokenize."""
+
+
 class QueueFull(Exception):
     pass
 

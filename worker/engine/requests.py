@@ -5,6 +5,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from worker.engine.prompt.media import MediaSpan
+
 
 @dataclass(frozen=True)
 class GrammarTrigger:
@@ -53,8 +55,9 @@ class Reasoning:
 
 @dataclass(frozen=True)
 class ChatPrompt:
-    tokens: list[int]
+    tokens: list[int]  # with an image's stand-ins at its span (prompt/media.py)
     reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
+    media: tuple[MediaSpan, ...] = ()  # the images in it, in order (--mmproj)
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,9 @@ class Request:
     # then prefilled whole, cached cells unused (they have no logits), before a PromptLogprobs event. max_tokens
     # may be 0 then: the prompt is scored and nothing is generated.
     prompt_logprobs: int | None = None
+    # The prompt's images: their positions in prompt_tokens hold stand-ins, and their embeddings are encoded and
+    # decoded there by the engine thread (core/runner.py).
+    media: tuple[MediaSpan, ...] = ()
 
 
 class FinishReason(str, enum.Enum):

@@ -50,6 +50,8 @@ def _load(settings: Settings, progress: LoadingProgress,
     config = settings.engine
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
+    if config.mmproj is None and model.defaults.mmproj is not None:
+        config = replace(config, mmproj=model.defaults.mmproj)
     library = load_library(choose_library(model.path, config))
     # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,

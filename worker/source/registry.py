@@ -96,6 +96,7 @@ class ModelDefaults:
     sampling: dict[str, float] = field(default_factory=dict)  # request field -> value, checked like a request's
     # Template variables under each request's chat_template_kwargs (e.g. enable_thinking = false).
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    mmproj: Path | None = None  # the model's projector (images); a relative path is read from the models.toml's folder
 
 
 @dataclass(frozen=True)
@@ -132,10 +133,10 @@ def _parse_source(name: str, table: dict[str, Any], origin: Path) -> Source:
 
 def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefaults:
     where = f"{origin}: model {name!r}"
-    unknown = set(table) - {"ctx_size", "chat_template", "chat_template_kwargs", "sampling"}
+    unknown = set(table) - {"ctx_size", "chat_template", "chat_template_kwargs", "sampling", "mmproj"}
     if unknown:
         raise WorkerError(f"{where} has unknown keys {sorted(unknown)}; besides source and description an entry "
-                          "takes ctx_size, chat_template, chat_template_kwargs, sampling")
+                          "takes ctx_size, chat_template, chat_template_kwargs, sampling, mmproj")
     ctx_size = table.get("ctx_size")
     if ctx_size is not None and (not isinstance(ctx_size, int) or isinstance(ctx_size, bool) or ctx_size < 0):
         raise WorkerError(f"{where}: ctx_size must be a whole number >= 0, not {ctx_size!r}")
@@ -148,7 +149,11 @@ def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefa
     template_kwargs = table.get("chat_template_kwargs", {})
     if not isinstance(template_kwargs, dict):
         raise WorkerError(f"{where}: chat_template_kwargs must be a table of template variables")
-    return ModelDefaults(ctx_size, template, dict(sampling), dict(template_kwargs))
+    mmproj = table.get("mmproj")
+    if mmproj is not None and not (isinstance(mmproj, str) and mmproj):
+        raise WorkerError(f"{where}: mmproj must be the path of a projector GGUF (mmproj-*.gguf)")
+    return ModelDefaults(ctx_size, template, dict(sampling), dict(template_kwargs),
+                         origin.parent / Path(mmproj).expanduser() if mmproj else None)
 
 
 def _parse_file(path: Path) -> tuple[str | None, dict[str, ModelEntry]]:

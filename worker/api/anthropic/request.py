@@ -16,9 +16,11 @@ from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
 from worker.api.budgets import thinking_budget
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.api.images import NO_FETCH, ImageInput, image_from_base64, without_marker
 from worker.api.problems import Reader
 from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
+from worker.engine.prompt.media import MEDIA_MARKER
 from worker.fields import ANTHROPIC_SAMPLING
 
 Message = dict[str, Any]
@@ -27,14 +29,14 @@ Block = dict[str, Any]
 # Request fields that would change the answer and are not implemented: refused, never ignored.
 _UNSUPPORTED = {"mcp_servers": "MCP servers are not supported"}
 _REFUSED_BLOCKS = {
-    "image": "images are not supported yet",
     "document": "documents are not supported yet",
     "search_result": "search results are not supported",
 }
 ANSWERED_CALLS = "a user message with the results of the tool_use blocks before it"
 _DROPPED = ("thinking", "redacted_thinking")  # earlier turns' thinking: not part of the context
 # The blocks each place takes.
-_SYSTEM, _USER, _ASSISTANT, _RESULT = ("text",), ("text", "tool_result"), ("text", "tool_use", *_DROPPED), ("text",)
+_SYSTEM, _USER, _RESULT = ("text",), ("text", "image", "tool_result"), ("text",)
+_ASSISTANT = ("text", "tool_use", *_DROPPED)
 
 
 def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
@@ -50,7 +52,7 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
     metadata = r.body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object", metadata)
-    messages, prefill = _conversation(r)
+    messages, prefill, images = _conversation(r)
     max_tokens = r.number("max_tokens", required=not counting, low=1, high=2**31 - 1, integer=True)
     sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r, check_grammar))
     sampling = thinking_budget(r, sampling, max_tokens, thinks)
@@ -62,20 +64,22 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
                   "a forced tool use samples under its own grammar: send tool_choice auto, or no output_config.format",
                   r.body.get("tool_choice"))
     r.done()
-    return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream), tools=tools, prefill=prefill)
+    return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream), tools=tools, prefill=prefill,
+                       images=tuple(images))
 
 
-def _conversation(r: Reader) -> tuple[list[Message], str]:
-    """The chat template's messages (the system prompt first) and the prefill, if the last message is the
-    assistant's."""
+def _conversation(r: Reader) -> tuple[list[Message], str, list[ImageInput]]:
+    """The chat template's messages (the system prompt first), the prefill, if the last message is the
+    assistant's, and the user messages' images in the order their markers stand in the messages."""
     messages: list[Message] = []
+    images: list[ImageInput] = []
     system = r.body.get("system")
     if system is not None and (blocks := _blocks(r, "system", system, _SYSTEM)) is not None:
         messages.append({"role": "system", "content": _joined(blocks)})
     raw = r.body.get("messages")
     if not isinstance(raw, list) or not raw:
         r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
-        return messages, ""
+        return messages, "", images
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
             r.problem(f"messages[{i}]", "{role, content}", "each message must be an object {role, content}", message)
@@ -84,6 +88,7 @@ def _conversation(r: Reader) -> tuple[list[Message], str]:
         if role == "user":
             if (blocks := _blocks(r, field, message.get("content"), _USER)) is not None:
                 messages += _user_turn(blocks)
+                images += _images(r, field, blocks)
         elif role == "assistant":
             if (blocks := _blocks(r, field, message.get("content"), _ASSISTANT)) is not None:
                 messages.append(_assistant_turn(blocks))
@@ -92,12 +97,12 @@ def _conversation(r: Reader) -> tuple[list[Message], str]:
                       "role must be user or assistant (a system prompt goes in the top-level system field)", role)
     last = messages[-1] if messages else {}
     if last.get("role") != "assistant":
-        return messages, ""
+        return messages, "", images
     if "tool_calls" in last:
         r.problem(f"messages[{len(raw) - 1}]", ANSWERED_CALLS,
                   "the last message calls tools: send their tool_result blocks in a user message after it", None)
     # Rendered as a turn, the template would close it; the answer must continue it instead.
-    return messages[:-1], last["content"]
+    return messages[:-1], last["content"], images
 
 
 def _blocks(r: Reader, field: str, content: Any, allowed: tuple[str, ...]) -> list[Block] | None:
@@ -116,7 +121,7 @@ def _blocks(r: Reader, field: str, content: Any, allowed: tuple[str, ...]) -> li
 
 def _check_block(r: Reader, field: str, block: Any, allowed: tuple[str, ...]) -> None:
     kind = block.get("type") if isinstance(block, dict) else None
-    if not isinstance(kind, str) or kind not in (*allowed, *_REFUSED_BLOCKS, "tool_use", "tool_result"):
+    if not isinstance(kind, str) or kind not in (*allowed, *_REFUSED_BLOCKS, "tool_use", "tool_result", "image"):
         r.problem(field, f"a block of type {' or '.join(allowed)}",
                   'a content block must be {"type": "text", "text": a string}' if allowed == ("text",)
                   else f"a content block's type must be one of {', '.join(allowed)}", block)
@@ -126,6 +131,12 @@ def _check_block(r: Reader, field: str, block: Any, allowed: tuple[str, ...]) ->
         belongs = "assistant" if kind == "tool_use" else "user"
         r.problem(field, f"a block of type {' or '.join(allowed)}", f"{kind} blocks belong in {belongs} messages",
                   kind)
+    elif kind == "image":
+        source = block.get("source")
+        if not (isinstance(source, dict) and source.get("type") == "base64"):
+            r.problem(f"{field}.source", "a base64 source", "an image block's source must be {\"type\": \"base64\", "
+                      f"\"media_type\": \"image/png\", \"data\": ...}}: {NO_FETCH}",
+                      source.get("type") if isinstance(source, dict) else source)
     elif kind == "text" and not isinstance(block.get("text"), str):
         r.problem(f"{field}.text", "a string", "a text block's text must be a string", block.get("text"))
     elif kind == "tool_use":
@@ -146,6 +157,16 @@ def _check_fields(r: Reader, field: str, block: Block, types: dict[str, type]) -
             r.problem(f"{field}.{name}", what, f"a {block['type']} block's {name} must be {what}", value)
 
 
+def _images(r: Reader, field: str, blocks: list[Block]) -> list[ImageInput]:
+    """A user message's image blocks, read and checked (their sources were checked with the blocks)."""
+    images = []
+    for i, block in enumerate(blocks):
+        if block["type"] == "image":
+            image = image_from_base64(r, f"{field}[{i}].source.data", block["source"].get("data"))
+            images += [image] if image is not None else []
+    return images
+
+
 def _joined(blocks: list[Block]) -> str:
     """Text blocks joined as chat joins text parts."""
     return "".join(block["text"] for block in blocks if block["type"] == "text")
@@ -157,10 +178,13 @@ def _user_turn(blocks: list[Block]) -> list[Message]:
     for block in blocks:
         if block["type"] == "tool_result":
             turn.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result(block)})
-        elif turn and turn[-1]["role"] == "user":
-            turn[-1]["content"] += block["text"]
         else:
-            turn.append({"role": "user", "content": block["text"]})
+            # An image stands in the text as the marker the projector replaces (api/images.py).
+            text = MEDIA_MARKER if block["type"] == "image" else without_marker(block["text"])
+            if turn and turn[-1]["role"] == "user":
+                turn[-1]["content"] += text
+            else:
+                turn.append({"role": "user", "content": text})
     return turn
 
 

@@ -22,7 +22,7 @@ from worker.api.preamble import admitted
 from worker.api.problems import parse_json_object
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
-from worker.api.tools.plan import Turn, chat_turn
+from worker.api.tools.plan import Turn, prepared_turn
 from worker.engine import Finished, FinishReason
 
 routes = web.RouteTableDef()
@@ -77,7 +77,7 @@ async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatReque
     chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
                           thinks(engine))
     admitted(worker, chat)
-    return chat, chat_turn(engine, chat)
+    return chat, await prepared_turn(engine, chat)
 
 
 @routes.post("/v1/messages/count_tokens")
@@ -92,8 +92,7 @@ async def messages(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     chat, turn = await _turn(request)
     message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": worker.model_id}
-    choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
-                              turn.prompt.reasoning)
+    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"])
     answer = turn.answers()
     async with generating(worker, choices) as (handle,):
         if chat.generation.stream:

@@ -9,10 +9,12 @@ from typing import Any
 
 from worker.api.budgets import effort_budget
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.api.images import ImageInput, image_from_url, without_marker
 from worker.api.problems import Reader, integral
 from worker.api.structured import GrammarCheck, openai_grammar
 from worker.api.tools.request import history_fields, read_tools
 from worker.engine import SamplingParams
+from worker.engine.prompt.media import MEDIA_MARKER
 from worker.fields import OPENAI_SAMPLING
 
 ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's
@@ -113,17 +115,33 @@ def _logit_bias(r: Reader, n_vocab: int) -> dict[int, float]:
     return biases
 
 
-def _text_content(r: Reader, index: int, content: Any) -> str | None:
-    """OpenAI content: a string, or a list of {"type": "text", "text": ...} parts."""
+CONTENT_FORMS = "a string or a list of text and image_url parts"
+
+
+def _content(r: Reader, index: int, content: Any, images: list[ImageInput]) -> str | None:
+    """OpenAI content: a string, or a list of {"type": "text", "text": ...} and {"type": "image_url", "image_url":
+    {"url": "data:..."}} parts. An image becomes the marker the projector replaces, its bytes added to `images`."""
+    where = f"messages[{index}].content"
     if isinstance(content, str):
-        return content
-    if isinstance(content, list) and all(
-        isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str) for p in content
-    ):
-        return "".join(p["text"] for p in content)
-    r.problem(f"messages[{index}].content", "a string or text parts",
-              "content must be a string or a list of text parts (only text is supported)", content)
-    return None
+        return without_marker(content)
+    if not isinstance(content, list):
+        r.problem(where, CONTENT_FORMS, f"content must be {CONTENT_FORMS}", content)
+        return None
+    pieces = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            pieces.append(without_marker(part["text"]))
+        elif kind == "image_url" and isinstance(part.get("image_url"), dict):
+            image = image_from_url(r, f"{where}[{i}].image_url.url", part["image_url"].get("url"))
+            if image is not None:
+                images.append(image)
+                pieces.append(MEDIA_MARKER)
+        else:
+            r.problem(f"{where}[{i}]", "a text or image_url part", "each content part must be {\"type\": \"text\", "
+                      "\"text\": ...} or {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}",
+                      kind)
+    return "".join(pieces)
 
 
 def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
@@ -132,6 +150,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
     model = r.string("model")
     raw = r.body.get("messages")
     messages = []
+    images: list[ImageInput] = []
     if not isinstance(raw, list) or not raw:
         r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
     else:
@@ -147,7 +166,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
             tool_fields = history_fields(r, i, message)
             # An assistant message that only calls tools has no content.
             calls_only = role == "assistant" and message.get("tool_calls") and message.get("content") is None
-            content = "" if calls_only else _text_content(r, i, message.get("content"))
+            content = "" if calls_only else _content(r, i, message.get("content"), images)
             if role in ROLES and content is not None:
                 # OpenAI's newer name for the system role; chat templates written before it know only "system".
                 messages.append({"role": "system" if role == "developer" else role, "content": content, **tool_fields})
@@ -168,7 +187,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
                   "variables, e.g. {\"enable_thinking\": false}", template_kwargs)
         template_kwargs = {}
     r.done()
-    return ChatRequest(model, messages, generation, template_kwargs, tools)
+    return ChatRequest(model, messages, generation, template_kwargs, tools, images=tuple(images))
 
 
 def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from worker.api.preamble import admitted
 from worker.api.problems import parse_json_object
 from worker.api.state import WORKER, WorkerState
 from worker.api.tools.answer import Answer, Call, Release
-from worker.api.tools.plan import Turn, chat_turn
+from worker.api.tools.plan import Turn, prepared_turn
 from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
 from worker.engine.requests import PromptLogprobs
 
@@ -142,7 +142,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
     """`echo`: text that leads every choice (a completion's prompt, when asked for)."""
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
     prompt, generation = turn.prompt, turn.generation
-    choices = engine_requests(worker, prompt.tokens, generation, request["request_id"], prompt.reasoning)
+    choices = engine_requests(worker, prompt, generation, request["request_id"])
     wants_logprobs = generation.logprobs is not None
     # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
     scorer = CompletionLogprobs(0) if generation.scores_prompt else None
@@ -203,7 +203,8 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
         return response
 
 
-def _generation_route(path: str, parse: Callable, shape: Shape, prepare: Callable[[Engine, Any], Turn]) -> None:
+def _generation_route(path: str, parse: Callable, shape: Shape,
+                      prepare: Callable[[Engine, Any], Awaitable[Turn]]) -> None:
     """Chat and completions differ only in how they parse, prepare (prompt, tools) and shape; the rest is shared."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
@@ -212,14 +213,14 @@ def _generation_route(path: str, parse: Callable, shape: Shape, prepare: Callabl
         parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
                        max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem)
         model = admitted(worker, parsed)
-        turn = prepare(engine, parsed)
+        turn = await prepare(engine, parsed)
         echo = _echo(engine, parsed) if parsed.generation.echo else ""
         return await _respond(request, worker, shape, model, turn, echo)
 
     routes.post(path)(handler)
 
 
-def _completion_turn(engine: Engine, completion: CompletionRequest) -> Turn:
+async def _completion_turn(engine: Engine, completion: CompletionRequest) -> Turn:
     prompt = completion.prompt
     tokens = prompt if isinstance(prompt, list) else engine.tokenize(prompt)
     return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
@@ -231,13 +232,15 @@ def _echo(engine: Engine, completion: CompletionRequest) -> str:
     return prompt if isinstance(prompt, str) else engine.model.detokenize(prompt).decode("utf-8", errors="replace")
 
 
-_generation_route("/v1/chat/completions", parse_chat, CHAT, chat_turn)
+_generation_route("/v1/chat/completions", parse_chat, CHAT, prepared_turn)
 _generation_route("/v1/completions", parse_completion, COMPLETION, _completion_turn)
 
 
 @routes.get("/v1/models")
 async def models(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
+    # What a prompt may hold (text, image), as llama-server says it; known once the model (and projector) loaded.
+    modalities = {"input_modalities": list(worker.engine.input_modalities)} if worker.engine is not None else {}
     return web.json_response({"object": "list", "data": [
-        {"id": worker.model_id, "object": "model", "created": 0, "owned_by": "llm-worker"},
+        {"id": worker.model_id, "object": "model", "created": 0, "owned_by": "llm-worker", **modalities},
     ]})

@@ -10,7 +10,7 @@ from worker.api.generation import engine_requests, generating
 from worker.api.orch.request import ExecuteRequest, parse_execute
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.state import WORKER, Phase, WorkerState
-from worker.engine import Finished, FinishReason, QueueFull, TokenEvent
+from worker.engine import ChatPrompt, Finished, FinishReason, QueueFull, TokenEvent
 from worker.timefmt import utc_now
 
 routes = web.RouteTableDef()
@@ -41,8 +41,10 @@ def cache_ram(worker: WorkerState) -> dict[str, int]:
 async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     if worker.phase is Phase.READY:
+        engine = worker.require_engine()
         return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker), **cache_ram(worker),
-                                  "exactness": worker.require_engine().exactness.as_dict()})
+                                  "input_modalities": list(engine.input_modalities),
+                                  "exactness": engine.exactness.as_dict()})
     return web.json_response({"status": worker.phase.value}, status=503)
 
 
@@ -92,7 +94,7 @@ def _end_events(finished: Finished, vram: int) -> list[dict]:
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
     tokens = worker.require_engine().tokenize(job.prompt)
-    choices = engine_requests(worker, tokens, job.generation, request["request_id"])
+    choices = engine_requests(worker, ChatPrompt(tokens, reasoning=None), job.generation, request["request_id"])
     async with generating(worker, choices) as (handle,):
         worker.jobs[job.job_id] = handle.cancel
         try:

@@ -122,7 +122,7 @@ def _input(r: Reader, raw: Any, fields: dict[int, int], offset: int) -> list[Mes
         field = f"input[{i}]"
         kind = item.get("type", "message") if isinstance(item, dict) else None
         if kind == "message":
-            content = _content(r, f"{field}.content", item.get("content"))
+            content = _content(r, f"{field}.content", item.get("content"), images=True)
             if item.get("role") not in _ROLES:
                 r.problem(f"{field}.role", " or ".join(_ROLES), f"{field}.role must be one of {', '.join(_ROLES)}",
                           item.get("role"))
@@ -153,15 +153,22 @@ def _input(r: Reader, raw: Any, fields: dict[int, int], offset: int) -> list[Mes
     return messages
 
 
-def _content(r: Reader, field: str, content: Any) -> str | None:
-    """Text, or a list of text parts joined (input_text, output_text); other parts (images, files) are refused."""
+def _content(r: Reader, field: str, content: Any, images: bool = False) -> str | list[dict[str, Any]] | None:
+    """Text, or a list of text parts joined (input_text, output_text); with `images` (a message's content), a list
+    that holds input_image parts too becomes chat content parts, whose images the chat reader reads. Other parts
+    (files, audio) are refused."""
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and all(isinstance(p, dict) and p.get("type") in _TEXT_PARTS
-                                         and isinstance(p.get("text"), str) for p in content):
-        return "".join(p["text"] for p in content)
-    r.problem(field, "a string or a list of text parts", f"{field} must be a string or a list of input_text parts "
-              "(only text is supported)", content)
+    parts = content if isinstance(content, list) and all(isinstance(p, dict) for p in content) else None
+    texts = [isinstance(p.get("text"), str) for p in parts or [] if p.get("type") in _TEXT_PARTS]
+    n_images = sum(p.get("type") == "input_image" for p in parts or []) if images else 0
+    if parts is not None and all(texts) and len(texts) + n_images == len(parts):  # [] is "", as before images
+        if not n_images:
+            return "".join(p["text"] for p in parts)
+        return [{"type": "text", "text": p["text"]} if p["type"] in _TEXT_PARTS
+                else {"type": "image_url", "image_url": {"url": p.get("image_url")}} for p in parts]
+    kinds = "input_text and input_image parts" if images else "input_text parts"
+    r.problem(field, f"a string or a list of {kinds}", f"{field} must be a string or a list of {kinds}", content)
     return None
 
 

@@ -25,7 +25,7 @@ from worker.api.responses.request import ResponsesRequest, parse_responses
 from worker.api.responses.store import Message, ResponseStore, Stored
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
-from worker.api.tools.plan import chat_turn
+from worker.api.tools.plan import prepared_turn
 from worker.engine import Finished, FinishReason
 
 log = structlog.get_logger(__name__)
@@ -103,12 +103,11 @@ async def create(request: web.Request) -> web.StreamResponse:
                              worker.settings.engine.parallel, engine.grammar_problem, store)
     chat = parsed.chat
     admitted(worker, chat)
-    turn = chat_turn(engine, chat)
+    turn = await prepared_turn(engine, chat)
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": worker.model_id, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}
-    choices = engine_requests(worker, turn.prompt.tokens, turn.generation, request["request_id"],
-                              turn.prompt.reasoning)
+    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"])
     answer = turn.answers()
     async with generating(worker, choices) as (handle,):
         if parsed.stream:

@@ -6,6 +6,7 @@ For chat, the template's tool-call format decides the rest: how the tools and th
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from worker.api.generation_fields import ChatRequest, Generation
+from worker.api.image_prompt import check_images_fit, decoded_images
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.tools.answer import Answers, CallStream, PlainText
 from worker.api.tools.formats import ToolFormat, detect
@@ -46,7 +48,9 @@ def chat_text(engine: Engine, chat: ChatRequest) -> str:
 
 def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
     tools, fmt = chat.tools, detect(engine.chat.source)
-    prompt = engine.chat_prompt(chat_text(engine, chat))
+    prompt = engine.chat_prompt(chat_text(engine, chat), decoded_images(engine, chat.images) if chat.images else None)
+    if chat.images:
+        check_images_fit(engine, prompt, len(chat.images))
     if tools is None:
         return Turn(prompt, chat.generation)
     log.debug("tools", format=fmt.name, functions=len(tools.functions), forced=tools.forced, only=tools.only)
@@ -60,6 +64,15 @@ def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
     elif sampling.grammar is None:  # beside a request's own grammar, a call happens only where that allows one
         sampling = _lazy_calls(engine, fmt, tools, sampling, chat.prefill)
     return Turn(prompt, replace(chat.generation, sampling=sampling), partial(CallStream, fmt.syntax))
+
+
+async def prepared_turn(engine: Engine, chat: ChatRequest) -> Turn:
+    """chat_turn, on a worker thread when the turn has images: decoding them (stb_image) and resizing them (mtmd)
+    would otherwise hold the event loop, and with it every running stream's next piece. libmtmd's decoding and
+    tokenizing may run beside the engine thread's encoding, as llama-server runs them on its HTTP threads."""
+    if chat.images:
+        return await asyncio.to_thread(chat_turn, engine, chat)
+    return chat_turn(engine, chat)
 
 
 def _lazy_calls(engine: Engine, fmt: ToolFormat, tools: Tools, sampling: SamplingParams,

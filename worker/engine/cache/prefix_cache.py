@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from worker.engine.cache.host_cache import HostCache, SavedCells
 from worker.engine.modes import CacheMode
+from worker.engine.prompt.media import is_media
 
 # Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
 # numerics do not depend on where a prompt is cut (bench/probes/kvrule.py), but repacked quantized
@@ -186,7 +187,8 @@ class PrefixCache:
         for slot in sorted(free_slots, key=lambda s: -self._records[s].last_used):
             record = self._records[slot]
             target = align_down(len(record.tokens))
-            if target > record.exact:
+            # An image's cells came from its embeddings, which are gone: they stay as they are, unsettled.
+            if target > record.exact and not any(map(is_media, record.tokens[record.exact:target])):
                 return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + SETTLE_TOKENS))
         return None
 

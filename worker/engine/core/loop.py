@@ -25,6 +25,7 @@ from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.errors import QueueFull
 from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
+from worker.engine.native.projector import Projector
 from worker.engine.output.token_output import finished_event
 from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
 from worker.engine.requests import FinishReason
@@ -50,7 +51,8 @@ class CellTask:
 
 
 class EngineLoop:
-    def __init__(self, model: LlamaModel, cache_mode: CacheMode, dispatch: Dispatch) -> None:
+    def __init__(self, model: LlamaModel, cache_mode: CacheMode, dispatch: Dispatch,
+                 projector: Projector | None = None) -> None:
         self.model = model
         self.config = model.config
         self._dispatch = dispatch
@@ -67,7 +69,7 @@ class EngineLoop:
         self.speculator = speculator(model)
         # A step's rows: a prefill chunk, or every slot's decode row with its draft.
         rows = max(budget, self.config.parallel * (1 + (self.config.draft_max if self.speculator else 0)))
-        self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator)
+        self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator, projector)
         # Embedding jobs decode in their own context, but on this thread: never two llama_decode calls at once.
         self._embeds: deque[EmbeddingJob] = deque()
         self._embedder = Embedder(model) if model.embed_ctx else None

@@ -4,11 +4,15 @@ Runs on the engine thread only. Each prefill chunk is its own llama_decode call
 and all decode rows share one (see scheduler.py for why); every row that wants
 logits is sampled right after its call, by the sequence's own native chain, and
 what the token adds to the answer is output/token_output.py's job; cells moved
-between slots and host memory are cache/cell_transfer.py's.
+between slots and host memory are cache/cell_transfer.py's. A prefill chunk over an image
+is cut where text meets the image: a llama_batch holds token ids or embeddings, not both.
+The image is encoded (native/projector.py) in the step whose chunk first reaches it, and
+its embeddings decoded at its positions within the same per-step prefill budget as text.
 """
 
 from __future__ import annotations
 
+import ctypes
 import time
 from dataclasses import dataclass
 
@@ -21,10 +25,12 @@ from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.modes import CacheMode
 from worker.engine.native.model import LlamaModel
+from worker.engine.native.projector import Projector
 from worker.engine.output.logprobs import LogprobReader
 from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.output.token_output import TokenOutput, finished_event
+from worker.engine.prompt.media import MediaSpan, runs, text_only
 from worker.engine.requests import Event, FinishReason, PromptLogprobs
 from worker.engine.speculative.speculator import Speculator
 
@@ -47,12 +53,15 @@ class Row:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace,
-                 speculator: Speculator | None = None) -> None:
+                 speculator: Speculator | None = None, projector: Projector | None = None) -> None:
         self.model = model
         self.cache = cache
         self.pace = pace  # what the scheduler budgets prefill by
         self.speculator = speculator  # None: no speculative decoding
+        self.projector = projector  # None: no images
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
+        # Rows of image embeddings: a prefill chunk's at most.
+        self._embd_batch = llama_cpp.llama_batch_init(max_rows, model.n_embd, 1) if projector else None
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
         end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
@@ -62,6 +71,8 @@ class ModelRunner:
 
     def close(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
+        if self._embd_batch is not None:
+            llama_cpp.llama_batch_free(self._embd_batch)
 
     def start(self, admission: Admission) -> None:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
@@ -79,7 +90,7 @@ class ModelRunner:
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
-        seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, seq.prompt)
+        seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, text_only(seq.prompt))
         if self.speculator:
             self.speculator.start(seq)
 
@@ -172,19 +183,27 @@ class ModelRunner:
         prompt = seq.prompt
         n_top = seq.request.prompt_logprobs  # None: the prompt is not scored
         scored = n_top is not None
-        rows = [Row(prompt[pos], pos, seq, scored or (chunk.completes_prompt and pos == chunk.end - 1))
-                for pos in range(chunk.start, chunk.end)]
-        started = self.decode_s
-        if not self._decode(rows, events):
-            return
-        self.pace.observe_prefill(self.decode_s - started, len(rows))
+        started, last_call_rows = self.decode_s, 0
+        for start, end, span in runs(prompt, seq.request.media, chunk.start, chunk.end):
+            # Logits for the prompt's last row (the answer's first token), or every row when the prompt is scored.
+            last = chunk.completes_prompt and end == chunk.end
+            if span is not None:
+                decoded = self._decode_image(seq, span, start, end, last, events)
+            else:
+                decoded = self._decode([Row(prompt[pos], pos, seq, scored or (last and pos == end - 1))
+                                        for pos in range(start, end)], events)
+            if not decoded:
+                return
+            last_call_rows = end - start
+        rows = chunk.end - chunk.start
+        self.pace.observe_prefill(self.decode_s - started, rows)
         if self.speculator:
-            self.speculator.observe_call([(seq.slot, len(rows))], self.decode_s - started)
+            self.speculator.observe_call([(seq.slot, rows)], self.decode_s - started)
         seq.n_past = chunk.end
         if n_top is not None:
             self._score_prompt(chunk, n_top)
         if chunk.completes_prompt:
-            now, row = time.monotonic(), len(rows) - 1
+            now, row = time.monotonic(), last_call_rows - 1  # the prompt's last row, in the chunk's last call
             for fork in seq.forks:
                 if fork.state is SequenceState.FORKED:
                     self._fork(seq, fork)
@@ -253,12 +272,43 @@ class ModelRunner:
         rc = self._llama_decode(batch)
         if rc == 0:
             return True
-        # Nothing of this call can be trusted; end its sequences, keep serving the others.
-        failed = {id(row.seq): row.seq for row in rows}.values()
-        log.error("decode_failed", status=rc, sequences=len(failed))
-        for seq in failed:
-            self.retire(seq, FinishReason.ERROR, events, f"llama_decode failed with status {rc}")
+        self._failed(rc, list({id(row.seq): row.seq for row in rows}.values()), events)
         return False
+
+    def _decode_image(self, seq: Sequence, span: MediaSpan, start: int, end: int, logits_last: bool,
+                      events: Events) -> bool:
+        """One llama_decode of the image's embeddings at positions start..end (encoded first, if this is the first
+        of its positions the sequence decodes); False (the sequence retired) if either failed."""
+        batch, projector = self._embd_batch, self.projector
+        assert batch is not None and projector is not None  # only an engine with a projector takes images
+        embeddings = seq.embeddings.get(span.start)
+        if embeddings is None:
+            try:
+                embeddings = seq.embeddings[span.start] = projector.encode(span)
+            except RuntimeError as failed:
+                log.error("image_encode_failed", why=str(failed), request_id=seq.request.request_id)
+                self.retire(seq, FinishReason.ERROR, events, str(failed))
+                return False
+        width = self.model.n_embd * ctypes.sizeof(ctypes.c_float)
+        source = ctypes.addressof(embeddings) + (start - span.start) * width
+        ctypes.memmove(ctypes.addressof(batch.embd.contents), source, (end - start) * width)
+        for i, pos in enumerate(range(start, end)):
+            batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = pos, 1, seq.slot
+            batch.logits[i] = logits_last and pos == end - 1
+        batch.n_tokens = end - start
+        rc = self._llama_decode(batch)
+        if end == span.end:  # all of the image is in the KV: its embeddings are done with
+            del seq.embeddings[span.start]
+        if rc == 0:
+            return True
+        self._failed(rc, [seq], events)
+        return False
+
+    def _failed(self, rc: int, sequences: list[Sequence], events: Events) -> None:
+        """Nothing of a failed call can be trusted: end its sequences, keep serving the others."""
+        log.error("decode_failed", status=rc, sequences=len(sequences))
+        for seq in sequences:
+            self.retire(seq, FinishReason.ERROR, events, f"llama_decode failed with status {rc}")
 
     def _llama_decode(self, batch: llama_cpp.llama_batch) -> int:
         """llama_decode, timed; it carries out the stream copies asked for before it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import enum
 import time
 from dataclasses import dataclass, field
@@ -47,6 +48,8 @@ class Sequence:
     # prompt's cells once it is prefilled, and sample their first token from the same logits.
     forks: list[Sequence] = field(default_factory=list)
     parent: Sequence | None = None  # for a fork: the sequence whose prompt it copies
+    # An image's embeddings (by its span's start) from its encoding until its last position is in the KV.
+    embeddings: dict[int, ctypes.Array] = field(default_factory=dict)
     admitted_at: float = 0.0
     first_token_at: float = 0.0
     last_token_at: float = 0.0

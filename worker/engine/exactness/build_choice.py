@@ -27,6 +27,8 @@ from worker.engine.exactness.tensor_table import weight_product_types
 from worker.engine.modes import CacheMode
 
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # read by llama_cpp/llama_cpp.py at import
+# Read by llama_cpp/mtmd_cpp.py at import: libmtmd calls into libllama, so it comes from the same build (--mmproj).
+MTMD_PATH_ENV = "MTMD_CPP_LIB"
 SWITCH_ENV = "GGML_CPU_BATCH_INVARIANT"  # read by ggml_cpu_init (patches/llama.cpp)
 # Where `make install` puts the patched build (scripts/build-llama-cpp's output, cached per flags and patches).
 BATCH_INVARIANT_DIR = Path(sys.prefix) / "lib" / "llm-worker" / "batch-invariant"
@@ -56,9 +58,11 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
     default = str(default_dir())
     if not _rows_kept_apart(config):
         return Library("default", default, "rows may depend on their batch (fast mode), or not a cpu-only model")
-    if batch_invariant_installed(patched):
+    if batch_invariant_installed(patched) and (config.mmproj is None or has_mtmd(patched)):
         return Library("batch-invariant", str(patched), f"{SWITCH_ENV}=1: every row's arithmetic ignores its batch")
-    missing = f"the batch-invariant build is not installed at {patched} (make install builds it)"
+    missing = (f"the batch-invariant build is not installed at {patched} (make install builds it)"
+               if not batch_invariant_installed(patched) else
+               f"the batch-invariant build at {patched} has no libmtmd, which --mmproj needs (make install builds it)")
     lost = []
     if weights := sorted(set(weight_product_types(model)) & TINYBLAS_TYPES):
         lost.append(f"{'/'.join(weights)} weights")
@@ -73,7 +77,8 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
 
 def expects_batch_invariant(config: EngineConfig, patched: Path = BATCH_INVARIANT_DIR) -> bool:
     """Will choose_library give this config the batch-invariant build (for flags checked before a model is known)?"""
-    return LIB_PATH_ENV not in os.environ and _rows_kept_apart(config) and batch_invariant_installed(patched)
+    return (LIB_PATH_ENV not in os.environ and _rows_kept_apart(config) and batch_invariant_installed(patched)
+            and (config.mmproj is None or has_mtmd(patched)))
 
 
 def _rows_kept_apart(config: EngineConfig) -> bool:
@@ -85,6 +90,10 @@ def batch_invariant_installed(patched: Path = BATCH_INVARIANT_DIR) -> bool:
     return (patched / "libllama.so").exists()
 
 
+def has_mtmd(build: Path) -> bool:
+    return (build / "libmtmd.so").exists()
+
+
 def load_library(library: Library) -> Library:
     """Point llama-cpp-python at the chosen library (and turn the patched one's switch on), and say which one the
     process has: the chosen one, or the one loaded already if llama_cpp was imported before the model was known (a
@@ -94,6 +103,8 @@ def load_library(library: Library) -> Library:
             os.environ[LIB_PATH_ENV] = library.path
         if library.build == "batch-invariant":
             os.environ[SWITCH_ENV] = "1"
+        if library.build != "default" and has_mtmd(Path(library.path)):
+            os.environ[MTMD_PATH_ENV] = library.path
         return library
     loaded = loaded_library()
     if loaded == library.path:

@@ -6,6 +6,7 @@ import ctypes
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import llama_cpp
 import structlog
@@ -43,6 +44,12 @@ def _on_log(level: int, text: bytes, _user_data: ctypes.c_void_p) -> None:
 
 def install() -> None:
     llama_cpp.llama_log_set(_on_log, ctypes.c_void_p(0))
+
+
+def install_mtmd(setter: Callable[[Any, ctypes.c_void_p], None]) -> None:
+    """libmtmd's lines (its clip encoder's too) go the same way: it has a setter of its own
+    (mtmd_cpp.mtmd_helper_log_set), and llama_log_set does not reach it."""
+    setter(_on_log, ctypes.c_void_p(0))
 
 
 def last_error(default: str) -> str:

@@ -83,8 +83,9 @@ class Speculator:
                            for kind, prior in proposer.priors.items() for greedy in (True, False)}
 
     def start(self, seq: Sequence) -> None:
-        """A sequence drafts unless its request turned drafting off (draft_max 0)."""
-        if self._limit(seq) > 0:
+        """A sequence drafts unless its request turned drafting off (draft_max 0) or its prompt holds images (their
+        stand-ins are no tokens to draft from or feed a draft model)."""
+        if self._limit(seq) > 0 and not seq.request.media:
             history = TokenHistory(seq.prompt) if self.kind is SpecType.NGRAM else None
             seq.draft = DraftState(history)
 

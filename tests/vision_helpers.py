@@ -1,0 +1,101 @@
+"""A test projector for the test model, and images to show it.
+
+No vision model is within reach of these machines, so the tests build a projector for SmolLM2-135M with gguf-py,
+whose answers can be checked: an image of one colour arrives in the prompt as the input embedding of that colour's
+word, so asking the model what colour it sees answers with the word.
+
+It is llama.cpp's `janus_pro` projector (a SigLIP encoder and a two-layer MLP, tools/mtmd/clip.cpp), with no encoder
+layers: the patch embedding averages each 16x16 patch's red, green and blue into three features (images are read
+with mean 0 and std 1, so a channel is 0..1), the MLP's first layer scales them up past GELU's bend (GELU(10x) = 10x
+for x in 0..1 to 1e-7, and 0 at 0) and its second layer maps them onto the colour words' embeddings, taken from the
+model's own token_embd. SmolVLM pairs an idefics3 projector with this very model, but mtmd wraps idefics3 images in
+SmolVLM's added tokens (<fake_token_around_image>, <global-img>), which SmolLM2's vocabulary lacks: the worker
+refuses such a pair at load (tests/e2e/test_vision.py), and janus_pro takes no marker tokens.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+PATCH = 16
+IMAGE_SIZE = 64  # 4 x 4 patches: 16 tokens an image
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2
+SCALE = 10.0  # the first layer's gain: past GELU's bend
+COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
+# The word each channel turns into: the token the model reads where the image is.
+WORDS = (" red", " green", " blue")
+
+
+def token_embeddings(model: Path, words: tuple[str, ...]) -> np.ndarray:
+    """Each word's input embedding (one token each) from the model's token_embd, dequantized: (len(words), n_embd)."""
+    reader = gguf.GGUFReader(model)
+    tokens = _vocab(reader)
+    table = next(t for t in reader.tensors if t.name == "token_embd.weight")
+    rows = gguf.quants.dequantize(table.data, table.tensor_type)  # (n_vocab, n_embd)
+    return np.stack([rows[tokens.index(_gpt2_piece(word))] for word in words]).astype(np.float32)
+
+
+def _vocab(reader: gguf.GGUFReader) -> list[str]:
+    field = reader.fields["tokenizer.ggml.tokens"]
+    return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+
+
+def _gpt2_piece(word: str) -> str:
+    """A word as the byte-level BPE vocab spells it (a leading space is Ġ)."""
+    return word.replace(" ", "\u0120")
+
+
+def build_projector(model: Path, out: Path, width: int | None = None) -> Path:
+    """The colour projector for `model`, written to `out`. `width`: the output width, when a test wants one that
+    does not match the model (the embeddings are then cut or padded)."""
+    words = token_embeddings(model, WORDS)  # (3, n_embd)
+    n_embd = width or words.shape[1]
+    words = np.pad(words, ((0, 0), (0, max(0, n_embd - words.shape[1]))))[:, :n_embd]
+    hidden = 4  # r, g, b and one left at zero: the encoder's width
+    writer = gguf.GGUFWriter(out, "clip")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.projector_type", "janus_pro")
+    writer.add_bool("clip.use_gelu", True)
+    writer.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    writer.add_uint32("clip.vision.patch_size", PATCH)
+    writer.add_uint32("clip.vision.embedding_length", hidden)
+    writer.add_uint32("clip.vision.feed_forward_length", hidden)
+    writer.add_uint32("clip.vision.block_count", 0)
+    writer.add_uint32("clip.vision.projection_dim", n_embd)
+    writer.add_uint32("clip.vision.attention.head_count", 1)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
+    writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
+    # ggml's conv kernel is [KW, KH, IC, OC]: numpy (OC, IC, KH, KW). Output c averages input channel c's patch.
+    patch = np.zeros((hidden, 3, PATCH, PATCH), np.float32)
+    for channel in range(3):
+        patch[channel, channel] = 1.0 / (PATCH * PATCH)
+    writer.add_tensor("v.patch_embd.weight", patch)
+    writer.add_tensor("mm.0.weight", np.eye(hidden, dtype=np.float32) * SCALE)  # numpy (out, in)
+    writer.add_tensor("mm.0.bias", np.zeros(hidden, np.float32))
+    up = np.zeros((n_embd, hidden), np.float32)
+    up[:, :3] = words.T / SCALE
+    writer.add_tensor("mm.1.weight", up)
+    writer.add_tensor("mm.1.bias", np.zeros(n_embd, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return out
+
+
+def png(rgb: tuple[int, int, int], width: int = IMAGE_SIZE, height: int = IMAGE_SIZE) -> bytes:
+    """A PNG of one colour (8-bit RGB), written with zlib alone."""
+    row = b"\x00" + bytes(rgb) * width  # filter type 0, then the pixels
+    raw = zlib.compress(row * height, 9)
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")

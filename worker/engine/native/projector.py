@@ -1,0 +1,190 @@
+"""A multimodal projector (--mmproj) through libmtmd: loaded beside the model, images decoded and tokenized, and
+each image chunk encoded into the embeddings the engine decodes at its positions.
+
+llama-cpp-python binds libmtmd in llama_cpp.mtmd_cpp; it loads the libmtmd beside the libllama the process loaded
+(exactness/build_choice.py sets MTMD_CPP_LIB), since libmtmd calls into libllama and must find the same one.
+Decoding an image (stb_image) and tokenizing (mtmd's resizing and its text around each image) may run on any thread,
+as llama-server runs them on its HTTP threads; encoding runs on the engine thread only, within its steps.
+
+What the engine cannot drive yet is refused at load, each with its reason: a projector whose images are decoded
+with non-causal attention (Gemma 3's: the whole image in one llama_decode, which the scheduler's aligned chunks
+would cut), one whose positions are M-RoPE's (Qwen2-VL's: an image takes fewer positions than tokens), and one
+whose image markers are tokens the model's vocabulary lacks (mtmd looks them up, finds none, and would hand the
+model token -1).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import weakref
+from dataclasses import dataclass
+from pathlib import Path
+
+import llama_cpp
+import structlog
+from llama_cpp import mtmd_cpp as mtmd
+
+from worker.engine.errors import ImageUnreadable
+from worker.engine.native import llama_log
+from worker.engine.native.model import GGUF_MAGIC, LlamaModel
+from worker.engine.prompt.media import MEDIA_MARKER, MediaPrompt, MediaSpan, stand_ins
+from worker.errors import WorkerError
+
+log = structlog.get_logger(__name__)
+
+CHUNK_TEXT, CHUNK_IMAGE, CHUNK_AUDIO = 0, 1, 2  # mtmd_input_chunk_type
+
+
+@dataclass(eq=False)
+class Bitmap:
+    """A decoded image, owned: RGB pixels and the hash the cache keys it by."""
+
+    handle: int
+    width: int
+    height: int
+    id: bytes  # what mtmd keeps with the image's chunks: its pixels' hash, in hex
+
+    def __post_init__(self) -> None:
+        weakref.finalize(self, mtmd.mtmd_bitmap_free, self.handle)
+
+
+class Projector:
+    def __init__(self, path: Path, model: LlamaModel) -> None:
+        _check_file(path)
+        llama_log.install_mtmd(mtmd.mtmd_helper_log_set)
+        params = mtmd.mtmd_context_params_default()
+        params.use_gpu = model.config.backend != "cpu"
+        params.n_threads = model.config.threads
+        params.media_marker = MEDIA_MARKER.encode()
+        # No warm-up encode here, on the loading thread: ggml's OpenMP pool belongs to the thread that first
+        # computes, and the engine thread must be that one (docs/development.md: 36 ms a token instead of 11).
+        params.warmup = False
+        self._marker = params.media_marker  # the struct points at these bytes
+        ctx = mtmd.mtmd_init_from_file(str(path).encode(), model.model, params)
+        if not ctx:
+            why = " ".join(llama_log.last_error("llama.cpp could not load it").split())  # one line, as mtmd's has two
+            raise WorkerError(f"--mmproj {path}: {why}; a projector is made for one model (its "
+                              f"embedding width must be the model's, {model.n_embd})")
+        self.ctx = ctx
+        self.path = path
+        self.n_embd = model.n_embd
+        self.vision = bool(mtmd.mtmd_support_vision(ctx))
+        self.audio = bool(mtmd.mtmd_support_audio(ctx))
+        try:
+            self._check_drivable(model)
+        except WorkerError:
+            self.close()
+            raise
+
+    @property
+    def input_modalities(self) -> tuple[str, ...]:
+        """As llama-server's /v1/models says them; audio is refused by the API for now (it takes images)."""
+        return ("text",) + (("image",) if self.vision else ())
+
+    def _check_drivable(self, model: LlamaModel) -> None:
+        where = f"--mmproj {self.path}"
+        if not self.vision:
+            raise WorkerError(f"{where} is an audio projector; this worker reads images only so far")
+        if mtmd.mtmd_decode_use_mrope(self.ctx):
+            raise WorkerError(f"{where} places images by M-RoPE (Qwen2-VL style), which this worker does not drive "
+                              "yet: an image's positions are not its tokens")
+        black = (ctypes.c_uint8 * 3)()
+        probe = self.tokenize(MEDIA_MARKER, [_hashed(mtmd.mtmd_bitmap_init(1, 1, black))], add_special=False)
+        span = probe.spans[0]
+        if mtmd.mtmd_decode_use_non_causal(self.ctx, span.chunk):
+            raise WorkerError(f"{where} decodes images with non-causal attention (Gemma 3 style), which needs a "
+                              "whole image in one llama_decode; this worker does not drive that yet")
+        if any(token == llama_cpp.LLAMA_TOKEN_NULL for token in probe.tokens):
+            raise WorkerError(f"{where} wraps images in marker tokens that {model.path.name}'s vocabulary lacks: "
+                              "it is a projector for another model (SmolVLM's idefics3 projector beside plain "
+                              "SmolLM2, say)")
+
+    def decode_image(self, data: bytes) -> Bitmap:
+        """The image's pixels, hashed (thread-safe). Raises ImageUnreadable. The caller checks sizes first: stb_image
+        decodes whatever dimensions a header claims."""
+        buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
+        handle = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
+        if not handle:
+            raise ImageUnreadable("the bytes are not an image stb_image decodes (jpg, png, bmp, gif, ...)")
+        return _hashed(handle)
+
+    def tokenize(self, text: str, bitmaps: list[Bitmap], add_special: bool) -> MediaPrompt:
+        """The prompt's tokens, each MEDIA_MARKER in `text` replaced by its bitmap's chunk (in order)."""
+        data = text.encode("utf-8")
+        source = mtmd.mtmd_input_text(data, len(data), add_special, True)
+        handles = (mtmd.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*[b.handle for b in bitmaps])
+        chunks = mtmd.mtmd_input_chunks_init()
+        try:
+            status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(source), handles, len(bitmaps))
+            if status != 0:  # 1: markers and bitmaps differ in number; 2: an image failed preprocessing
+                raise ImageUnreadable(f"mtmd could not tokenize the prompt's images (status {status}): "
+                                      f"{llama_log.last_error('see the worker log')}")
+            return self._read_chunks(chunks)
+        finally:
+            mtmd.mtmd_input_chunks_free(chunks)
+
+    def _read_chunks(self, chunks: int) -> MediaPrompt:
+        tokens: list[int] = []
+        spans: list[MediaSpan] = []
+        last_id, piece = b"", 0
+        for i in range(mtmd.mtmd_input_chunks_size(chunks)):
+            chunk = mtmd.mtmd_input_chunks_get(chunks, i)
+            kind = mtmd.mtmd_input_chunk_get_type(chunk)
+            if kind == CHUNK_TEXT:
+                n = ctypes.c_size_t()
+                ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
+                tokens.extend(ids[:n.value])
+                continue
+            if kind != CHUNK_IMAGE:
+                raise ImageUnreadable("mtmd made an audio chunk of an image")
+            # An image may become several chunks (a tiled image's slices), all with its bitmap's id: each piece
+            # gets stand-ins of its own, from the pixels' hash and its place among the pieces of that id.
+            chunk_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
+            last_id, piece = chunk_id, (piece + 1 if chunk_id == last_id else 0)
+            key = int(chunk_id or b"0", 16) + 7919 * piece
+            n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
+            owned = mtmd.mtmd_input_chunk_copy(chunk)
+            span = MediaSpan(len(tokens), n_tokens, owned, key)
+            weakref.finalize(span, mtmd.mtmd_input_chunk_free, owned)
+            spans.append(span)
+            tokens.extend(stand_ins(key, n_tokens))
+        return MediaPrompt(tokens, tuple(spans))
+
+    def encode(self, span: MediaSpan) -> ctypes.Array:
+        """The span's embeddings, n_tokens x n_embd floats (engine thread: it runs the encoder's graph)."""
+        status = mtmd.mtmd_encode_chunk(self.ctx, span.chunk)
+        if status != 0:
+            raise RuntimeError(f"mtmd_encode_chunk failed with status {status}: {llama_log.last_error('')}")
+        out = mtmd.mtmd_get_output_embd(self.ctx)
+        size = span.n_tokens * self.n_embd
+        copy = (ctypes.c_float * size)()
+        ctypes.memmove(copy, out, size * ctypes.sizeof(ctypes.c_float))
+        return copy
+
+    def close(self) -> None:
+        if self.ctx:
+            mtmd.mtmd_free(self.ctx)
+            self.ctx = None
+
+
+def _hashed(handle: int) -> Bitmap:
+    """The bitmap, its id set to its pixels' hash, not the file's (the helper's): the same picture in another
+    format or with other metadata is the same image to the cache."""
+    width, height = mtmd.mtmd_bitmap_get_nx(handle), mtmd.mtmd_bitmap_get_ny(handle)
+    pixels = ctypes.string_at(mtmd.mtmd_bitmap_get_data(handle), mtmd.mtmd_bitmap_get_n_bytes(handle))
+    digest = hashlib.blake2b(pixels, digest_size=8, person=b"llm-img")
+    digest.update(width.to_bytes(4, "little"))  # a 2x3 and a 3x2 image of one colour share their pixel bytes
+    key = digest.hexdigest().encode()
+    mtmd.mtmd_bitmap_set_id(handle, key)
+    return Bitmap(handle, width, height, key)
+
+
+def _check_file(path: Path) -> None:
+    if not path.is_file():
+        raise WorkerError(f"projector file not found: {path}; check the --mmproj path")
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head != GGUF_MAGIC:
+        raise WorkerError(f"--mmproj {path} is not a GGUF file (it starts with {head!r}); projectors are GGUF files "
+                          "named mmproj-*.gguf beside a vision model's weights")
