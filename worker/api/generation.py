@@ -19,19 +19,21 @@ log = structlog.get_logger("worker.request")
 
 
 def engine_requests(worker: WorkerState, prompt_tokens: list[int], generation: Generation,
-                    request_id: str, reasoning: Reasoning | None = None) -> list[Request]:
-    """One engine request per choice; choice i samples with seed + i, so every choice is repeatable."""
+                    request_id: str, reasoning: Reasoning | None = None, model: str | None = None) -> list[Request]:
+    """One engine request per choice; choice i samples with seed + i, so every choice is repeatable. `model`: the
+    name the request gave, which may be a LoRA adapter's (api/adapters.py)."""
     engine = worker.require_engine()
     # No max_tokens: generate up to the end of this sequence's context.
     max_tokens = generation.max_tokens
     if max_tokens is None:
         max_tokens = max(1, engine.n_ctx_seq - len(prompt_tokens))
     seed = generation.sampling.seed
+    adapters = worker.adapters.resolve(generation.lora, model)
     return [Request(prompt_tokens, max_tokens,
                     replace(generation.sampling, seed=(seed + i) % 2**64) if seed is not None else generation.sampling,
                     generation.stop, request_id, timeout_s=worker.settings.request_timeout,
                     logprobs=generation.logprobs, reasoning=reasoning,
-                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None)
+                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None, adapters=adapters)
             for i in range(generation.n)]
 
 

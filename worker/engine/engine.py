@@ -11,6 +11,7 @@ from typing import Any
 
 import structlog
 
+from worker.engine.config import Lora
 from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.core.loop import EngineLoop
 from worker.engine.core.runner import Events
@@ -97,7 +98,8 @@ class Engine:
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
                  chat_template="models.toml" if chat_template else "gguf",
                  **engine.exactness.as_dict(),
-                 embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch)
+                 embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch,
+                 lora=[lora.name for lora in config.lora])
         if engine.numerics.batch_invariant is False:
             log.warning("exactness_limited", reason="a row's logits changed with the rows beside it in the load-time "
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
@@ -158,6 +160,11 @@ class Engine:
     def n_ctx_seq(self) -> int:
         """Tokens one request may use: prompt + generated."""
         return self.model.n_ctx_seq
+
+    @property
+    def loras(self) -> tuple[Lora, ...]:
+        """The LoRA adapters loaded at startup (--lora), in id order: a request's AdapterSet names them by id."""
+        return self.model.config.lora
 
     @property
     def n_vocab(self) -> int:

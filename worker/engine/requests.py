@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -58,6 +60,32 @@ class ChatPrompt:
 
 
 @dataclass(frozen=True)
+class AdapterSet:
+    """The LoRA adapters a request runs under: (adapter id, scale) pairs, ids ascending, scales as llama.cpp's
+    float32, none at 0.
+
+    llama.cpp leaves an adapter at scale 0 out of the graph (llama_context::set_adapters_lora), so a set that only
+    zeroes adapters is the base model's: the empty set. Equal sets compute alike, so they share llama_decode calls
+    and prefix cache cells; different sets share neither."""
+
+    scales: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def of(cls, scales: Mapping[int, float]) -> AdapterSet:
+        as_float32 = ((adapter, ctypes.c_float(scale).value) for adapter, scale in scales.items())
+        return cls(tuple(sorted((adapter, scale) for adapter, scale in as_float32 if scale != 0.0)))
+
+    def __bool__(self) -> bool:
+        return bool(self.scales)
+
+    def __str__(self) -> str:
+        return ",".join(f"{adapter}:{scale:g}" for adapter, scale in self.scales) or "base"
+
+
+NO_ADAPTERS = AdapterSet()  # the base model alone
+
+
+@dataclass(frozen=True)
 class Request:
     prompt_tokens: list[int]
     max_tokens: int
@@ -71,6 +99,7 @@ class Request:
     # then prefilled whole, cached cells unused (they have no logits), before a PromptLogprobs event. max_tokens
     # may be 0 then: the prompt is scored and nothing is generated.
     prompt_logprobs: int | None = None
+    adapters: AdapterSet = NO_ADAPTERS  # LoRA adapters of the worker's (--lora) this request runs under
 
 
 class FinishReason(str, enum.Enum):

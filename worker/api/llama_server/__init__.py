@@ -1,6 +1,7 @@
-"""llama-server's own routes, in its shapes: /tokenize, /detokenize, /apply-template (route.py); schema.py is their
-part of /openapi.json."""
+"""llama-server's own routes, in its shapes: /tokenize, /detokenize, /apply-template (route.py), /lora-adapters
+(lora_adapters.py); schema.py is their part of /openapi.json."""
 
+from worker.api.llama_server.lora_adapters import routes as lora_routes
 from worker.api.llama_server.route import routes
 
-__all__ = ["routes"]
+__all__ = ["lora_routes", "routes"]

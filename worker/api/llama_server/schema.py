@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.openapi_parts import COUNT, TEXT, json_body, post
+from worker.api.openapi_parts import COUNT, TEXT, get, json_body, lora_list, post
 
 
 def detokenize_request(n_vocab: int | None) -> dict:
@@ -20,6 +20,7 @@ SCHEMAS: dict[str, Any] = {
         "parse_special": {"type": ["boolean", "null"], "default": True},
         "with_pieces": {"type": ["boolean", "null"], "default": False}}},
     "DetokenizeRequest": detokenize_request(None),
+    "LoraList": lora_list(None),
 }
 
 
@@ -40,4 +41,13 @@ PATHS: dict[str, dict] = {
     "/detokenize": post("Token ids -> text", "DetokenizeRequest", _one_text("content"), "OpenAIError"),
     "/apply-template": post("Chat messages -> the prompt the model's chat template makes", "ChatRequest",
                              _one_text("prompt"), "OpenAIError"),
+    "/lora-adapters": {
+        **get("The LoRA adapters (--lora) and the scale each applies at to requests that name none", {
+            "description": "one entry per adapter, in id order", **json_body({
+            "type": "array", "items": {"type": "object", "required": ["id", "path", "scale", "name"], "properties": {
+                "id": COUNT, "path": TEXT, "scale": {"type": "number"}, "name": TEXT}}})}),
+        **post("Set every adapter's scale for the requests that follow: those left out go to 0", "LoraList",
+               {"description": "set", **json_body({"type": "object", "required": ["success"],
+                                                   "properties": {"success": {"const": True}}})}, "OpenAIError"),
+    },
 }

@@ -48,7 +48,7 @@ class CellTransfer:
             log.warning("cache_ram_reduced", limit_mib=host.limit_bytes // MIB, bytes_not_saved=size)
             return
         if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
-            host.add(SavedCells(record.tokens, record.exact, data))
+            host.add(SavedCells(record.tokens, record.exact, data, record.adapters))
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
 
     def restore(self, slot: int, saved: SavedCells, reuse: int) -> int:

@@ -104,6 +104,7 @@ class EngineLoop:
             steps=totals[0],
             step_s=totals[1],
             decode_s=totals[2],
+            adapter_switches=self.model.adapters.switches,
         )
 
     # -- the engine thread ---------------------------------------------------------
@@ -136,7 +137,8 @@ class EngineLoop:
             for admission in self._scheduler.admit(self._waiting, self._free_slots, self._running):
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
-            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)
+            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle,
+                                        self.model.adapters.current)
             # Only an engine loaded with embeddings (an embedder) takes embedding jobs.
             embedder = self._embedder
             embeds = embedder.plan(self._embeds) if self._embeds and embedder is not None else []

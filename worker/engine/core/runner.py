@@ -1,7 +1,8 @@
 """Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire.
 
 Runs on the engine thread only. Each prefill chunk is its own llama_decode call
-and all decode rows share one (see scheduler.py for why); every row that wants
+and all decode rows share one (see scheduler.py for why), all under the step's
+LoRA adapter set, which the context is switched to first; every row that wants
 logits is sampled right after its call, by the sequence's own native chain, and
 what the token adds to the answer is output/token_output.py's job; cells moved
 between slots and host memory are cache/cell_transfer.py's.
@@ -58,6 +59,7 @@ class ModelRunner:
         end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
         self._output = TokenOutput(end_of_thinking, model.is_eog, model.piece)
         self._cells = CellTransfer(model, cache)
+        self._switched = False  # the context's LoRA adapters changed since its last llama_decode
         self.decode_s = 0.0  # cumulative time inside llama_decode
 
     def close(self) -> None:
@@ -84,11 +86,15 @@ class ModelRunner:
             self.speculator.start(seq)
 
     def run(self, plan: StepPlan, events: Events) -> None:
+        if plan.decode or plan.prefill:
+            # The next llama_decode after a switch rebuilds llama.cpp's schedule: that call's time is the switch's.
+            self._switched = self.model.adapters.use(plan.adapters)
         if plan.decode:
             self._decode_step(plan.decode, events)
         for chunk in plan.prefill:
             self._prefill(chunk, events)
         if plan.settle is not None:
+            self.model.adapters.use(plan.settle.adapters)
             self._settle(plan.settle)
 
     def _decode_step(self, decode: list[Sequence], events: Events) -> None:
@@ -105,7 +111,8 @@ class ModelRunner:
         if not self._decode(rows, events):
             return
         seconds = self.decode_s - started
-        self.pace.observe_decode(seconds)
+        if not self._switch_took(seconds, self.pace.decode_step_s):
+            self.pace.observe_decode(seconds)
         if speculator:
             speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
         now, row, generated = time.monotonic(), 0, 0
@@ -117,6 +124,16 @@ class ModelRunner:
             row += 1 + len(draft)
         if speculator:
             speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
+
+    def _switch_took(self, seconds: float, usual: float) -> bool:
+        """After an adapter switch, the first call's time over its usual time is the switch's (core/turns.py);
+        True then: the call is no sample of its usual pace."""
+        if not self._switched:
+            return False
+        self._switched = False
+        if usual:
+            self.pace.observe_switch(seconds - usual)
+        return True
 
     def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
@@ -177,7 +194,8 @@ class ModelRunner:
         started = self.decode_s
         if not self._decode(rows, events):
             return
-        self.pace.observe_prefill(self.decode_s - started, len(rows))
+        if not self._switch_took(self.decode_s - started, self.pace.prefill_token_s * len(rows)):
+            self.pace.observe_prefill(self.decode_s - started, len(rows))
         if self.speculator:
             self.speculator.observe_call([(seq.slot, len(rows))], self.decode_s - started)
         seq.n_past = chunk.end
@@ -284,7 +302,8 @@ class ModelRunner:
                 llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, -1, -1)
             else:
                 # Every cell up to n_past is complete (cancels land between steps); prompt cells came from prefill.
-                self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)))
+                self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)),
+                                   seq.request.adapters)
         seq.state = SequenceState.FINISHED
         events.append((seq, finished_event(seq, reason, message)))
 

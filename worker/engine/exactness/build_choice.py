@@ -6,8 +6,9 @@ on how many rows its batch holds: the load-time check (load_check.py) measured b
 move with their neighbours; answers' cells differ from a prefill's), and so does attention without flash
 attention, whose products take the F16 KV cells. No runtime switch turns tinyBLAS off, but a build of the same
 llama.cpp without it (CMakePresets.json's no-llamafile) computes every row count through vec_dot. `make install`
-builds it beside llama-cpp-python's own; exact and off modes on the cpu backend load it where such products run,
-and every other model keeps the default build, which is faster for them (bench/WEIGHTS.md). llama-cpp-python
+builds it beside llama-cpp-python's own; exact and off modes on the cpu backend load it where such products run
+(a LoRA adapter's tensors, F16 or F32 as convert_lora_to_gguf.py writes them, are multiplied like weights too), and
+every other model keeps the default build, which is faster for them (bench/WEIGHTS.md). llama-cpp-python
 binds its functions when imported, from LLAMA_CPP_LIB_PATH.
 """
 
@@ -53,6 +54,9 @@ def choose_library(model: Path, config: EngineConfig, no_llamafile: Path = NO_LL
     products = []
     if weights := sorted(set(weight_product_types(model)) & TINYBLAS_TYPES):
         products.append(f"{'/'.join(weights)} weights")
+    if lora_types := sorted({kind for lora in config.lora for kind in weight_product_types(lora.path)}
+                            & TINYBLAS_TYPES):
+        products.append(f"{'/'.join(lora_types)} LoRA adapter tensors")
     if config.attention().flash_attn == "off":  # K·Q and V·softmax: matrix products of F16 cells
         products.append("attention without flash attention")
     if not products:

@@ -14,6 +14,7 @@ from worker.engine.config import EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
 from worker.engine.modes import CacheMode
 from worker.engine.native import llama_log
+from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
 from worker.engine.native.rpc import rpc_devices
 from worker.errors import WorkerError
@@ -93,6 +94,7 @@ class LlamaModel:
         buffers = DeviceBuffers()
         with llama_log.listening(buffers):
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
+            loaded = load_adapters(self.model, path, config.lora)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
             self.attention = config.attention(self._head_size_k())
             self.ctx = self._new_context(config)
@@ -101,6 +103,7 @@ class LlamaModel:
             self.embed_ctx, self.embed_n_batch = (self._new_embedding_context(config, self.pooling) if self.pooling
                                                   else (None, 0))
         self.device_bytes = buffers.bytes  # weights, KV cells and compute buffers off this machine's RAM
+        self.adapters = AdapterSwitch(self.ctx, loaded)  # the LoRA adapters the context runs under, call by call
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_embd = llama_cpp.llama_model_n_embd_out(self.model)  # an embedding's width
