@@ -65,14 +65,17 @@ def read_scales(r: Reader, field: str, raw: Any, n_adapters: int) -> dict[int, f
         r.problem(field, "a list of {id, scale}", f"{field} must be a list of {{id, scale}} objects", raw)
         return {}
     scales: dict[int, float] = {}
+    seen: set[int] = set()
     for i, entry in enumerate(raw):
         where = f"{field}[{i}]"
         if not isinstance(entry, dict) or set(entry) != {"id", "scale"}:
             r.problem(where, "{id, scale}", f"{where} must be an object of two fields, id and scale", entry)
             continue
         adapter, scale = _adapter_id(r, f"{where}.id", entry["id"], n_adapters), entry["scale"]
-        if adapter is not None and adapter in scales:
+        if adapter in seen:
             r.problem(f"{where}.id", "each id once", f"{where}.id: adapter {adapter} is listed twice", adapter)
+        elif adapter is not None:
+            seen.add(adapter)
         if not finite_scale(scale):
             # JSON's 1e999 reads as infinity, which no JSON answer may hold: the value is echoed as text.
             r.problem(f"{where}.scale", "a finite number", f"{where}.scale must be a finite number",

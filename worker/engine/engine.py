@@ -24,7 +24,16 @@ from worker.engine.handle import RequestHandle
 from worker.engine.modes import CacheMode
 from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.output.reasoning import opens_in_prompt
-from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.pooling.embeddings import EMBEDDINGS, RANK, EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.pooling.rerank import (
+    EMPTY_THINKING,
+    RANK_HEAD,
+    YES_NO,
+    Reranker,
+    filled,
+    relevance_messages,
+    yes_no_scores,
+)
 from worker.engine.prompt.chat_template import ChatTemplate
 from worker.engine.requests import ChatPrompt, Reasoning, Request
 
@@ -63,6 +72,7 @@ class Engine:
         self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text,
                                  eos_text=model.eos_text)
         self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
+        self.reranker = self._reranker()
         self._loop = loop
         self._steps = EngineLoop(model, model.config.prefix_cache, self._post)
         self._warm = threading.Event()
@@ -98,8 +108,9 @@ class Engine:
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
                  chat_template="models.toml" if chat_template else "gguf",
                  **engine.exactness.as_dict(),
-                 embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch,
-                 lora=[lora.name for lora in config.lora])
+                 embeddings_pooling=model.pooling,
+                 embeddings_max_tokens=model.embedding.n_batch if model.embedding else 0,
+                 rerank=engine.reranker.route if engine.reranker else None, lora=[lora.name for lora in config.lora])
         if engine.numerics.batch_invariant is False:
             log.warning("exactness_limited", reason="a row's logits changed with the rows beside it in the load-time "
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
@@ -247,6 +258,35 @@ class Engine:
     def embedding_width(self) -> int:
         return self.model.n_embd
 
+    def _reranker(self) -> Reranker | None:
+        """How this model scores documents for /v1/rerank (pooling/rerank.py); None: it cannot (no single "yes"
+        and "no" tokens in its vocabulary, and no rank head)."""
+        template = self.model.chat_template("rerank")
+        if self.model.ranking is not None:
+            return Reranker(RANK_HEAD, self.model.ranking.n_batch, template)
+        yes, no = (self.model.tokenize(word, add_special=False, parse_special=False) for word in ("yes", "no"))
+        if len(yes) != 1 or len(no) != 1:
+            return None
+        return Reranker(YES_NO, self.n_ctx_seq, template, (yes[0], no[0]))
+
+    def rerank_tokens(self, reranker: Reranker, query: str, document: str) -> list[int]:
+        """One document's prompt: the GGUF's rerank template filled in, llama-server's pair for a rank head, or
+        the relevance question through the chat template. Reads only the vocab and the template: any thread."""
+        if reranker.template is not None:
+            return self.model.tokenize(filled(reranker.template, query, document), add_special=False)
+        if reranker.route == RANK_HEAD:
+            return self.model.pair_tokens(query, document)
+        thinking = EMPTY_THINKING if self.chat.thinks else ""
+        return self.chat_prompt(self.chat_text(relevance_messages(query, document)) + thinking).tokens
+
+    async def rerank(self, reranker: Reranker, prompts: list[list[int]], request_id: str) -> list[float]:
+        """Each prompt's relevance score (rerank_tokens' prompts, each within reranker.limit tokens).
+
+        Raises loop.QueueFull up front, EmbeddingFailed when a score did not come."""
+        if reranker.route == YES_NO:
+            return await yes_no_scores(self.submit, prompts, reranker.yes_no, self.model.config.parallel, request_id)
+        return [vector[0] for vector in await self._pooled(RANK, prompts)]
+
     def tokenize_inputs(self, inputs: list[str | list[int]]) -> list[list[int]]:
         """Embedding inputs: texts as llama-server tokenizes them (BOS and EOS as the vocab asks), token ids as sent."""
         return [self.model.tokenize(item, add_special=True) if isinstance(item, str) else item for item in inputs]
@@ -256,12 +296,16 @@ class Engine:
 
         Raises UnfitInputs or loop.QueueFull up front, EmbeddingFailed when no vectors came.
         """
-        if self.pooling is None:
+        if self.model.embedding is None:
             raise RuntimeError("this engine was loaded without embeddings")
-        check_inputs(inputs, self.model.embed_n_batch)
+        check_inputs(inputs, self.model.embedding.n_batch)
+        return await self._pooled(EMBEDDINGS, inputs)
+
+    async def _pooled(self, kind: str, inputs: list[list[int]]) -> list[Vector]:
+        """Each input's output from the pooled context `kind` (embeddings.py), between generation steps."""
         future: asyncio.Future[list[Vector]] = self._loop.create_future()
         job = EmbeddingJob(inputs, partial(self._resolve, future))
-        self._steps.add_embedding(job)
+        self._steps.add_pooled(kind, job)
         try:
             return await future
         except asyncio.CancelledError:

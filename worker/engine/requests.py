@@ -100,6 +100,9 @@ class Request:
     # may be 0 then: the prompt is scored and nothing is generated.
     prompt_logprobs: int | None = None
     adapters: AdapterSet = NO_ADAPTERS  # LoRA adapters of the worker's (--lora) this request runs under
+    # Read these tokens' logits at the prompt's last row (a rerank's yes and no, pooling/rerank.py) and send them in
+    # a Scored event once the prompt is prefilled; with max_tokens 0 nothing is generated.
+    score_tokens: tuple[int, ...] = ()
 
 
 class FinishReason(str, enum.Enum):
@@ -151,6 +154,13 @@ class PromptLogprobs:
 
 
 @dataclass(frozen=True)
+class Scored:
+    """The logits of a request's score_tokens at its prompt's last row, in their order."""
+
+    logits: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Finished:
     reason: FinishReason
     prompt_tokens: int
@@ -170,4 +180,4 @@ class Finished:
         return (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 else None
 
 
-Event = TokenEvent | PromptLogprobs | Finished
+Event = TokenEvent | PromptLogprobs | Scored | Finished

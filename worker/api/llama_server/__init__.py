@@ -1,7 +1,8 @@
 """llama-server's own routes, in its shapes: /tokenize, /detokenize, /apply-template (route.py), /lora-adapters
-(lora_adapters.py); schema.py is their part of /openapi.json."""
+(lora_adapters.py), /v1/rerank and /rerank (rerank.py); schema.py is their part of /openapi.json."""
 
 from worker.api.llama_server.lora_adapters import routes as lora_routes
+from worker.api.llama_server.rerank import routes as rerank_routes
 from worker.api.llama_server.route import routes
 
-__all__ = ["lora_routes", "routes"]
+__all__ = ["lora_routes", "rerank_routes", "routes"]

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.openapi_parts import COUNT, TEXT, get, json_body, lora_list, post
+from worker.api.llama_server.rerank import MAX_DOCUMENTS
+from worker.api.openapi_parts import COUNT, TEXT, get, json_body, lora_list, post, ref
 
 
 def detokenize_request(n_vocab: int | None) -> dict:
@@ -21,6 +22,14 @@ SCHEMAS: dict[str, Any] = {
         "with_pieces": {"type": ["boolean", "null"], "default": False}}},
     "DetokenizeRequest": detokenize_request(None),
     "LoraList": lora_list(None),
+    "RerankRequest": {"type": "object", "required": ["query", "documents"], "properties": {
+        "model": {"type": "string", "description": "the served model (not one of its LoRA adapters)"},
+        "query": {"type": "string", "minLength": 1},
+        "documents": {"type": "array", "minItems": 1, "maxItems": MAX_DOCUMENTS, "items": {"oneOf": [
+            TEXT, {"type": "object", "required": ["text"], "additionalProperties": False,
+                   "properties": {"text": TEXT}}]}},
+        "top_n": {"type": ["integer", "null"], "minimum": 1, "description": "above the documents' count: all"},
+        "return_documents": {"type": ["boolean", "null"], "default": False}}},
 }
 
 
@@ -29,6 +38,27 @@ _TOKENS = {"description": "token ids, or with_pieces {id, piece}: the piece's te
            **json_body({"type": "object", "required": ["tokens"], "properties": {"tokens": {"type": "array", "items": {
                "oneOf": [COUNT, {"type": "object", "required": ["id", "piece"],
                                   "properties": {"id": COUNT, "piece": _PIECE}}]}}}})}
+
+
+_RESULT = {"type": "object", "required": ["index", "relevance_score"], "properties": {
+    "index": COUNT, "relevance_score": {"type": "number"},
+    "document": {"type": "object", "required": ["text"], "properties": {"text": TEXT}}}}
+_RANKED = {"description": "the documents' scores, best first (top_n of them)", **json_body({
+    "type": "object", "required": ["model", "object", "usage", "results"], "properties": {
+        "model": TEXT, "object": {"const": "list"}, "results": {"type": "array", "items": _RESULT},
+        "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+                  "properties": {"prompt_tokens": COUNT, "total_tokens": COUNT}}}})}
+
+
+def _rerank_path() -> dict:
+    operation = post("Documents scored against a query (Jina/Cohere's shape, as llama-server answers)",
+                     "RerankRequest", _RANKED, "OpenAIError")["post"]
+    error = json_body(ref("OpenAIError"))
+    return {"post": {**operation, "responses": {
+        **operation["responses"],
+        "404": {"description": "the model named is not the one served, or the model cannot rerank", **error},
+        "500": {"description": "a scoring decode failed", **error},
+        "504": {"description": "past --request-timeout", **error}}}}
 
 
 def _one_text(name: str) -> dict:
@@ -41,6 +71,8 @@ PATHS: dict[str, dict] = {
     "/detokenize": post("Token ids -> text", "DetokenizeRequest", _one_text("content"), "OpenAIError"),
     "/apply-template": post("Chat messages -> the prompt the model's chat template makes", "ChatRequest",
                              _one_text("prompt"), "OpenAIError"),
+    "/v1/rerank": _rerank_path(),
+    "/rerank": _rerank_path(),
     "/lora-adapters": {
         **get("The LoRA adapters (--lora) and the scale each applies at to requests that name none", {
             "description": "one entry per adapter, in id order", **json_body({

@@ -191,11 +191,11 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
                 logprobs = formats[index](event.logprobs) if wants_logprobs else None
                 await _send_release(response, chunk, shape, index, answers[index].feed(event.text), event.reasoning,
                                     logprobs)
-            elif event.reason in _FINISH_REASONS:
+            elif isinstance(event, Finished) and event.reason in _FINISH_REASONS:
                 await _send_release(response, chunk, shape, index, answers[index].finish())
                 finish = _finish_reason(event, answers[index])
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", finish, None, [])]})
-            else:
+            elif isinstance(event, Finished):
                 await sse.send(response, _failure(event))
                 break  # leaving `generating` ends the other choices too
         if generation.include_usage and all(handle.finished for handle in handles):

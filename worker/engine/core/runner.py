@@ -26,7 +26,7 @@ from worker.engine.output.logprobs import LogprobReader
 from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.output.token_output import TokenOutput, finished_event
-from worker.engine.requests import Event, FinishReason, PromptLogprobs
+from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
 from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
@@ -210,6 +210,8 @@ class ModelRunner:
             seq.state = SequenceState.DECODING
             if scored:
                 events.append((seq, PromptLogprobs(self.model.piece(prompt[0]), tuple(seq.prompt_logprobs))))
+            if seq.request.score_tokens:
+                events.append((seq, Scored(self._logprobs.logits(row, seq.request.score_tokens))))
             if seq.request.max_tokens == 0:  # the prompt alone was asked for (its scores, or its cells cached)
                 self.retire(seq, FinishReason.LENGTH, events)
                 return
