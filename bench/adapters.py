@@ -31,6 +31,7 @@ RANK = 32  # coordinates of the normalized input used; each needs two feed-forwa
 GAIN = 8.0  # g: the gate and up updates' weight
 BASE_MARGIN = 1000.0  # how far c d outweighs the base ffn_down columns the 2 RANK channels also feed
 MARGIN = 10.0  # logits by which the steered token must lead the runner-up
+ZEBRA, PURPLE = 29106, 14230  # " zebra" and " purple" in the test model's vocabulary: tokens that win by far
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-WORKLOADS = ("throughput", "chat", "burst", "structured", "kvflags", "weights", "speculative")
+WORKLOADS = ("throughput", "chat", "burst", "structured", "kvflags", "weights", "speculative", "lora", "rerank")
 
 
 def usage() -> str:

@@ -21,13 +21,13 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.adapters import Base, steering_adapter
+from bench.adapters import PURPLE, ZEBRA, Base, steering_adapter
 from bench.config import find_model
 from worker.engine.config import EngineConfig, Lora
 from worker.engine.exactness.build_choice import choose_library, load_library
 
 SLOTS, CONTEXT, ROUNDS = 8, 300, 7
-TOKENS = (29106, 14230)  # " zebra", " purple" on the test model's vocabulary
+TOKENS = (ZEBRA, PURPLE)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.adapters import ZEBRA, Base, steering_adapter
 from tests.conftest import start_worker
 from tests.examples_helpers import CURLS, EXAMPLE_HOST, PYTHON_BLOCKS, Block
 
@@ -23,8 +24,11 @@ EXAMPLE_TIMEOUT_S = 180
 
 @pytest.fixture(scope="module")
 def example_worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example."""
-    worker = start_worker(tmp_path_factory.mktemp("examples"), "--embeddings", "--parallel", "4", "--ctx-size", "8192")
+    """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example and a LoRA
+    adapter (one made from the model's own weights: bench/adapters.py) for the adapter examples."""
+    folder = tmp_path_factory.mktemp("examples")
+    adapter = steering_adapter(Base.read(model_path), ZEBRA, folder / "my-adapter.gguf")
+    worker = start_worker(folder, "--embeddings", "--parallel", "4", "--ctx-size", "8192", "--lora", str(adapter))
     yield worker
     assert worker.stop() == 0, worker.log()[-3000:]
 
