@@ -20,13 +20,14 @@ $(BIN)/llm-worker: pyproject.toml
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	touch $@
 
-# Exact mode's second build of the same llama.cpp, without llamafile, for F16/BF16/F32 weights
-# (worker/engine/exactness/build_choice.py): 2.4 minutes on 2 cores the first time (measured), cached in ~/.cache/llm-worker/llama.cpp.
-NO_LLAMAFILE := $(VENV)/lib/llm-worker/no-llamafile
-$(NO_LLAMAFILE)/libllama.so: $(BIN)/llm-worker
-	scripts/install-no-llamafile cpu-native $(VENV)
+# Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp: batch-invariant CPU kernels behind
+# GGML_CPU_BATCH_INVARIANT), loaded for every weight type in exact and off modes (worker/engine/exactness/build_choice.py):
+# libllama and ggml only, cached in ~/.cache/llm-worker/llama.cpp per flags and patches.
+BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
+$(BATCH_INVARIANT)/libllama.so: $(BIN)/llm-worker $(wildcard patches/llama.cpp/*.patch)
+	scripts/install-batch-invariant cpu-native $(VENV)
 
-install: $(BIN)/llm-worker $(NO_LLAMAFILE)/libllama.so
+install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libllama.so
 
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)

@@ -54,15 +54,15 @@ QUESTIONS = [
 LONG_SYSTEM = (SYSTEM + " ") + ("Background: the harbour town keeps a chronicle of its boats, storms, mills and "
                                 "schools, and visitors often ask about its sea wall, its ferry and its orchards. ") * 12
 # Exact mode held to llama-cpp-python's own library (LLAMA_CPP_LIB_PATH), where the worker would load the
-# no-llamafile build (worker/engine/exactness/build_choice.py: F16/BF16/F32 weights, or attention without flash
-# attention): what that choice buys. For other weights it is the default row again.
+# batch-invariant build (worker/engine/exactness/build_choice.py): the fallback a plain pip install gets, pinned
+# flash attention and no answers reused for F16/BF16/F32 weights; what the patched build buys.
 DEFAULT_BUILD = "llm-worker exact on the default build"
 # (label, server, extra llm-worker flags)
 VARIANTS = [
-    # The default: flash attention held to its per-row kernel, and the library chosen for the weights.
+    # The default: the batch-invariant build, flash attention on with f16 cells.
     ("llm-worker exact", WORKER, ("--prefix-cache", "exact")),
     (DEFAULT_BUILD, WORKER, ("--prefix-cache", "exact")),
-    # Exact mode as it ran before flash attention was pinned: no flash attention (now on the no-llamafile build).
+    # Exact mode without flash attention (on the batch-invariant build, whose GEMM takes one row too).
     ("llm-worker exact unfused", WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
     ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
     ("llm-worker off", WORKER, ("--prefix-cache", "off")),

@@ -5,13 +5,13 @@ The test model is quantized again to each type by llama.cpp's own quantizer (cac
 bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 decoded tokens, 3 rounds) runs it
 in a fresh process per configuration, since ggml reads its settings once per process:
   llama.cpp default       flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
-  exact, default build    exact mode's choices on llama-cpp-python's own library: flash attention pinned (K cells
-                          q8_0, V f16) and exactness/ggml_switches.py's ggml settings for the type
-                          (GGML_CPU_TILED_MM=0, Q4_K unrepacked)
-  exact, no-llamafile     the same on the build without llamafile that `make install` links
-                          (worker/engine/exactness/build_choice.py)
-Each exact column also says whether the load-time check (worker/engine/exactness/load_check.py) lets exact mode
-reuse answers there, and the last one which build the worker loads for the type (exactness/build_choice.py's rule).
+  exact                   exact mode on the batch-invariant build `make install` puts beside it (patches/llama.cpp,
+                          GGML_CPU_BATCH_INVARIANT=1, K and V cells f16, Q4_K unrepacked; exactness/build_choice.py)
+  exact, fallback         exact mode on llama-cpp-python's own library, as without that build: flash attention pinned
+                          (K cells q8_0, V f16) and exactness/ggml_switches.py's fallback settings (GGML_CPU_TILED_MM=0,
+                          Q4_K unrepacked)
+Each exact column also says whether the load-time check (worker/engine/exactness/load_check.py) lets exact mode reuse
+answers there, and the last one which build the worker loads for the type (exactness/build_choice.py's rule).
 Run: .venv/bin/python bench/run.py weights [--types q4_0,q4_1,...] [--publish]
 (bench/WEIGHTS.md; docs/cache-and-exactness.md, "Per weight type")
 """
@@ -28,7 +28,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import REPO_DIR, find_model
 from bench.report import publish
 from worker.engine.config import EngineConfig
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, NO_LLAMAFILE_DIR, choose_library, default_dir
+from worker.engine.exactness.build_choice import (
+    BATCH_INVARIANT_DIR,
+    LIB_PATH_ENV,
+    SWITCH_ENV,
+    choose_library,
+    default_dir,
+)
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "bf16", "q4_k_m", "q6_k")
 PROBE = REPO_DIR / "bench" / "probes" / "prefillspeed.py"
@@ -47,12 +53,12 @@ def requantized(model: Path, qtype: str, folder: Path) -> Path:
     return out
 
 
-def exact_settings(path: Path) -> dict[str, str]:
+def exact_settings(path: Path, switch_on: bool) -> dict[str, str]:
     """The ggml environment and repacking exact mode chooses for this file
     (worker/engine/exactness/ggml_switches.py)."""
     from worker.engine.exactness.ggml_switches import TILED_MM_ENV, choose_kernels
 
-    kernels = choose_kernels(path, row_invariant=True)
+    kernels = choose_kernels(path, row_invariant=True, switch_on=switch_on)
     env = {} if kernels.tiled_mm else {TILED_MM_ENV: "0"}
     return env | ({} if kernels.repack else {"REPACK": "0"})
 
@@ -85,23 +91,24 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     model = find_model(args.model)
-    default_build, no_llamafile = {LIB_PATH_ENV: str(default_dir())}, {LIB_PATH_ENV: str(NO_LLAMAFILE_DIR)}
-    rows = ["| weights | llama.cpp default prefill / decode | exact, default build prefill / decode | answers reused | "
-            "exact, no-llamafile prefill / decode | answers reused | exact mode loads |", "|---" * 7 + "|"]
+    default_build = {LIB_PATH_ENV: str(default_dir())}
+    patched = {LIB_PATH_ENV: str(BATCH_INVARIANT_DIR), SWITCH_ENV: "1"}
+    rows = ["| weights | llama.cpp default prefill / decode | exact prefill / decode | answers reused | "
+            "exact, fallback prefill / decode | answers reused | exact mode loads |", "|---" * 7 + "|"]
     for qtype in args.types.split(","):
         path = requantized(model, qtype, args.out)
-        exact = {**exact_settings(path), "ATTN": "pinned"}
         base = speeds(path, {"ATTN": "fast", **default_build})
-        pinned, nolf = speeds(path, {**exact, **default_build}), speeds(path, {**exact, **no_llamafile})
+        exact = speeds(path, {**exact_settings(path, switch_on=True), "ATTN": "fast", **patched})
+        fallback = speeds(path, {**exact_settings(path, switch_on=False), "ATTN": "pinned", **default_build})
         # The worker applies exactness/ggml_switches.py itself.
-        reused_pinned, reused_nolf = answers_reused(path, default_build), answers_reused(path, no_llamafile)
+        reused_exact, reused_fallback = answers_reused(path, patched), answers_reused(path, default_build)
         loads = choose_library(path, EngineConfig()).build
 
         def cell(pair: tuple[int, int]) -> str:
             return f"{pair[0]} / {pair[1]} ({pair[0] / base[0]:.2f}x / {pair[1] / base[1]:.2f}x)"
 
-        rows.append(f"| {qtype} | {base[0]} / {base[1]} | {cell(pinned)} | {'yes' if reused_pinned else 'no'} | "
-                    f"{cell(nolf)} | {'yes' if reused_nolf else 'no'} | {loads} |")
+        rows.append(f"| {qtype} | {base[0]} / {base[1]} | {cell(exact)} | {'yes' if reused_exact else 'no'} | "
+                    f"{cell(fallback)} | {'yes' if reused_fallback else 'no'} | {loads} |")
         print(rows[-1], flush=True)
     text = ("# Exact mode per weight type\n\nThe test model quantized again per type; tok/s on this machine's 2 "
             "cores, 1,536-token prompt, 64 decoded tokens, best of 3 rounds (`bench/probes/prefillspeed.py`); ratios "

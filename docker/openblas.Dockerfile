@@ -7,7 +7,8 @@ FROM ${BASE_IMAGE} AS builder
 ARG PRESET=openblas
 WORKDIR /src
 # First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
-COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/build-llama-cpp scripts/install-no-llamafile scripts/
+COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/build-llama-cpp scripts/install-batch-invariant scripts/
+COPY patches/llama.cpp patches/llama.cpp/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
 COPY worker/__init__.py worker/errors.py worker/presets.py CMakePresets.json worker/
@@ -16,11 +17,11 @@ RUN scripts/install-system-deps build ${PRESET}
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
-# Exact mode's second build of the same llama.cpp, without llamafile, into the venv: the worker loads
-# it for F16/BF16/F32 weights (worker/engine/exactness/build_choice.py).
+# Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp), into the venv: the worker
+# loads it in exact and off modes for every weight type (worker/engine/exactness/build_choice.py).
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    scripts/install-no-llamafile ${PRESET} /opt/llm-worker
+    scripts/install-batch-invariant ${PRESET} /opt/llm-worker
 COPY . .
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \

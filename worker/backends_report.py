@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from worker.engine.exactness.build_choice import NO_LLAMAFILE_DIR
+from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, batch_invariant_installed
 from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
 from worker.presets import load_presets
 
@@ -25,9 +25,10 @@ def render(info: BuildInfo) -> str:
         ("blas", _yes_no(info.blas, ASSISTING_BACKENDS["blas"], "rebuild with the openblas preset to add it")),
         ("rpc", _yes_no(info.rpc, "serve --rpc host:port[,host:port] spreads layers over ggml-rpc-server hosts",
                         "rebuild with the rpc preset to add it")),
-        ("exact mode", _yes_no(_no_llamafile_installed(), f"the no-llamafile build in {NO_LLAMAFILE_DIR}, loaded for "
-                               "F16/BF16/F32 weights and --flash-attn off", "the no-llamafile build is missing: "
-                               "make install builds it; without it those lose exactness")),
+        ("exact mode", _yes_no(batch_invariant_installed(), f"the batch-invariant build in {BATCH_INVARIANT_DIR}, "
+                               "loaded on the cpu backend for every weight type", "the batch-invariant build is "
+                               "missing: make install builds it; without it exact mode pins slower kernels and "
+                               "F16/BF16/F32 weights lose exactness")),
         ("backends", ", ".join(info.backends)),
         ("--backend", ", ".join(info.servable)),
     ]
@@ -43,12 +44,8 @@ def render(info: BuildInfo) -> str:
     return "\n".join(lines)
 
 
-def _no_llamafile_installed() -> bool:
-    return (NO_LLAMAFILE_DIR / "libllama.so").exists()
-
-
 def as_json(info: BuildInfo) -> str:
     data = dataclasses.asdict(info)
     data.update(servable=list(info.servable), blas=info.blas,
-                no_llamafile=str(NO_LLAMAFILE_DIR) if _no_llamafile_installed() else None)
+                batch_invariant=str(BATCH_INVARIANT_DIR) if batch_invariant_installed() else None)
     return json.dumps(data, indent=2)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from worker.engine.config import EngineConfig, default_ubatch_size
+from worker.engine.exactness.build_choice import expects_batch_invariant
 from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 from worker.logs import default_format
@@ -68,7 +69,8 @@ def settings_from_flags(flags: dict) -> Settings:
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]
     engine = EngineConfig(backend=backend, **engine_fields)
-    engine.attention()  # flags that would break exact mode's promise stop here, before any model loads
+    # flags that would break exact mode's promise stop here, before any model loads
+    engine.attention(batch_invariant=expects_batch_invariant(engine))
     return Settings(
         model=flags["model"],
         model_ref=flags["model_ref"],

@@ -36,7 +36,7 @@ def test_backends_describes_this_cpu_build():
     assert rows["backends"] == "cpu" and rows["--backend"] == "cpu"
     assert rows["gpu offload"].startswith("no (layers stay on the CPU")
     assert rows["rpc"].startswith("no (") and rows["blas"].startswith("no (")
-    assert rows["exact mode"].startswith("yes (the no-llamafile build in ")  # make install built it
+    assert rows["exact mode"].startswith("yes (the batch-invariant build in ")  # make install built it
     out = run_cli("backends").stdout
     assert "\n  cpu:CPU  cpu  " in out  # the CPU device, with its description and memory
     assert "cpu features: " in out and "OPENMP = 1" in out
@@ -50,7 +50,7 @@ def test_backends_json():
     assert info["gpu_offload"] is False and info["rpc"] is False and info["blas"] is False
     assert [(d["backend"], d["kind"]) for d in info["devices"]] == [("cpu", "cpu")]
     assert info["devices"][0]["memory_total"] > 0
-    assert info["no_llamafile"].endswith("lib/llm-worker/no-llamafile")
+    assert info["batch_invariant"].endswith("lib/llm-worker/batch-invariant")
 
 
 def test_rpc_on_a_build_without_rpc_is_one_line():

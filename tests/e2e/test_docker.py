@@ -63,14 +63,14 @@ def test_cpu_image_builds_and_serves(model_path, tmp_path):
         assert body["choices"][0]["text"].startswith(" Paris")
         user = subprocess.run([DOCKER, "exec", container, "id", "-u"], capture_output=True, text=True).stdout
         assert user.strip() == "10001"
-        # Exact mode's no-llamafile build is in the image, and loads there (without the builder's cache).
+        # Exact mode's batch-invariant build is in the image, and loads there (without the builder's cache).
         info = json.loads(subprocess.run([DOCKER, "exec", container, "llm-worker", "backends", "--json"],
                                          capture_output=True, text=True, check=True).stdout)
-        assert info["no_llamafile"] == "/opt/llm-worker/lib/llm-worker/no-llamafile"
-        loads = subprocess.run([DOCKER, "exec", "-e", f"LLAMA_CPP_LIB_PATH={info['no_llamafile']}", container,
+        assert info["batch_invariant"] == "/opt/llm-worker/lib/llm-worker/batch-invariant"
+        loads = subprocess.run([DOCKER, "exec", "-e", f"LLAMA_CPP_LIB_PATH={info['batch_invariant']}", container,
                                 "python3", "-c", "import llama_cpp; print(llama_cpp.llama_cpp._base_path)"],
                                capture_output=True, text=True)
-        assert loads.stdout.strip() == info["no_llamafile"], loads.stderr
+        assert loads.stdout.strip() == info["batch_invariant"], loads.stderr
     finally:
         subprocess.run([DOCKER, "rm", "--force", container], capture_output=True)
 

@@ -1,4 +1,4 @@
-"""F16 weights on the default install: exact mode loads the no-llamafile build
+"""F16 weights on the default install: exact mode loads the batch-invariant build
 (worker/engine/exactness/build_choice.py), so the load-time check finds rows independent of their batch and an
 answer's one-token-at-a-time cells bitwise what a prefill makes. Conversations side by side equal `off` one by one,
 and each turn starts past the previous answer. `make install` builds that library (Makefile);
@@ -17,6 +17,8 @@ def loaded(log: str) -> dict:
 
 async def test_f16_weights_reuse_answers_side_by_side_and_equal_off(http, quantized, tmp_path):
     side = await conversations_beside_off(http, tmp_path, quantized("f16"))
-    expected = {"library": "no-llamafile", "batch_invariant": True, "decoded_cells_exact": True, "answers_reused": True}
+    expected = {"library": "batch-invariant", "batch_invariant": True, "decoded_cells_exact": True,
+                "answers_reused": True}
     assert side.exactness | expected == side.exactness, side.exactness
-    assert loaded(side.exact.log())["library"] == "no-llamafile" and loaded(side.off.log())["library"] == "no-llamafile"
+    assert loaded(side.exact.log())["library"] == "batch-invariant"
+    assert loaded(side.off.log())["library"] == "batch-invariant"

@@ -18,11 +18,11 @@ async def test_health_and_ready(http, base_url):
             # What exact mode chose and measured at load, on this build and the test model
             # (docs/cache-and-exactness.md).
             assert body["exactness"] == {
-                "prefix_cache": "exact", "library": "default", "flash_attn": "on", "cache_type_k": "q8_0",
-                "cache_type_v": "f16",
+                "prefix_cache": "exact", "library": "batch-invariant", "ggml_batch_invariant": True,
+                "flash_attn": "on", "cache_type_k": "f16", "cache_type_v": "f16",
                 "attention_pinned": True,
-                "tiled_mm": False, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
-                "answers_reused": True, "speculative": "none", "drafts_keep_text": None}
+                "tiled_mm": True, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
+                "moved_cells_exact": True, "answers_reused": True, "speculative": "none", "drafts_keep_text": None}
     async with http.get(base_url + "/v1/ready") as response:
         body = await response.json()
     assert body["ready"] is True and body["model_loaded"] is True and body["state"] in ("idle", "busy")

@@ -85,7 +85,7 @@ async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url
 @pytest.mark.skipif(not LLAMAFILE, reason="without llamafile the unfused attention reuses answers too")
 async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_whole_prefilled_blocks_only(
         http, tmp_path):
-    """--flash-attn off with the default build forced (LLAMA_CPP_LIB_PATH; exact mode would load the no-llamafile
+    """--flash-attn off with the default build forced (LLAMA_CPP_LIB_PATH; exact mode would load the batch-invariant
     one, exactness/build_choice.py): llamafile's GEMM makes prefill and one-row decode differ, the check says so,
     and exact mode falls back to its block rule: whole ALIGN blocks made by prefill, and the same text as `off`."""
     flags = ("--parallel", "2", "--ctx-size", "4096", "--flash-attn", "off")
@@ -137,11 +137,11 @@ async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, 
 
 
 async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
-    """K-quant weights: exact mode turns ggml's tiled matmul off and loads Q4_K unrepacked
-    (exactness/ggml_switches.py), so the conversations, side by side, still equal `off` one by one, and each turn
-    starts past the previous answer."""
+    """K-quant weights: exact mode keeps ggml's tiled matmul under its batch-invariant switch and loads Q4_K
+    unrepacked (exactness/ggml_switches.py), so the conversations, side by side, still equal `off` one by one, and
+    each turn starts past the previous answer."""
     exactness = (await conversations_beside_off(http, tmp_path, quantized("q4_k_m"))).exactness
-    assert exactness | {"tiled_mm": False, "repack": False, "answers_reused": True} == exactness, exactness
+    assert exactness | {"tiled_mm": True, "repack": False, "answers_reused": True} == exactness, exactness
 
 
 async def test_multi_turn_streamed_reports_cached_tokens(http, base_url):

@@ -36,12 +36,13 @@ def test_pinned_flash_attention_makes_answers_reusable_on_this_build(model_path,
     GEMM: the test model's Q4_1 rows follow the row alone, on the default build as on one without llamafile."""
     model = load(model_path)
     assert model.attention.pinned
-    assert measure(model) == Numerics(decoded_cells_exact=True, batch_invariant=True, trusted=True)
+    assert measure(model) == Numerics(decoded_cells_exact=True, batch_invariant=True, trusted=True,
+                                      moved_cells_exact=True)
 
 
 def test_without_flash_attention_llamafile_shows(model_path, load):
     """llamafile's GEMM computes a prefill's attention rows other than one-row decode does (bench/probes/kvrule.py:
-    0.51 on the test model's logits): the measurement sees it (a worker loads the no-llamafile build for this,
+    0.51 on the test model's logits): the measurement sees it (a worker loads the batch-invariant build for this,
     exactness/build_choice.py; this test process has the default one)."""
     model = load(model_path, flash_attn="off")
     assert not model.attention.pinned
@@ -53,7 +54,7 @@ def test_f16_weights_fail_both_measurements_where_llamafile_takes_them(quantized
     """F16 weights go through llamafile's GEMM from two rows on, with no switch at run time: the check must say no
     to both questions there (and yes on a build without llamafile)."""
     model = load(quantized("f16"))
-    assert measure(model) == Numerics(not LLAMAFILE, not LLAMAFILE, trusted=True)
+    assert measure(model) == Numerics(not LLAMAFILE, not LLAMAFILE, trusted=True, moved_cells_exact=True)
 
 
 def test_a_gpu_backend_is_measured_and_reported_but_not_trusted(model_path, load):
@@ -64,4 +65,5 @@ def test_a_gpu_backend_is_measured_and_reported_but_not_trusted(model_path, load
                    EngineConfig(rpc_servers=("127.0.0.1:50052",), ctx_size=1024, parallel=2)):
         object.__setattr__(model, "config", config)  # the model still runs on this CPU: both measure equal
         numerics = measure(model)
-        assert numerics == Numerics(True, True, trusted=False) and not numerics.answers_reusable
+        assert numerics == Numerics(True, True, trusted=False, moved_cells_exact=True)
+        assert not numerics.answers_reusable

@@ -77,7 +77,8 @@ class EngineConfig:
         object.__setattr__(self, "prefix_cache", CacheMode(self.prefix_cache))
         object.__setattr__(self, "spec_type", SpecType(self.spec_type))
 
-    def attention(self, head_size: int | None = None) -> Attention:
-        """Flash attention and the KV cells' types for this mode and backend (WorkerError for flags that clash)."""
+    def attention(self, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
+        """Flash attention and the KV cells' types for this mode and backend, and whether ggml's batch-invariant
+        switch is on (exactness/kv_plan.py; WorkerError for flags that clash)."""
         return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
-                              self.cache_type_k, self.cache_type_v, head_size)
+                              self.cache_type_k, self.cache_type_v, head_size, batch_invariant)

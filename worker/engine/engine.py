@@ -45,16 +45,18 @@ class Exactness:
     """What the prefix cache promises and why: said once at load (model_loaded) and on /health."""
 
     prefix_cache: str  # exact | fast | off
-    library: str  # the llama.cpp build loaded: default | no-llamafile | LLAMA_CPP_LIB_PATH (exactness/build_choice.py)
+    library: str  # the build loaded (exactness/build_choice.py): default | batch-invariant | LLAMA_CPP_LIB_PATH
+    ggml_batch_invariant: bool  # ggml's GGML_CPU_BATCH_INVARIANT switch on (exactness/ggml_switches.py)
     flash_attn: str  # on | off | auto (llama.cpp's choice, fast mode)
     cache_type_k: str
     cache_type_v: str
-    attention_pinned: bool  # flash attention held to its per-row kernel (exactness/kv_plan.py)
+    attention_pinned: bool  # flash attention held to one kernel per row whatever the batch (exactness/kv_plan.py)
     tiled_mm: bool  # ggml's tiled K-quant matmul allowed (exactness/ggml_switches.py)
     repack: bool  # weights repacked for the CPU's GEMM
     # The load-time check (exactness/load_check.py), exact mode only, on any backend; None: not measured (another mode).
     decoded_cells_exact: bool | None
     batch_invariant: bool | None
+    moved_cells_exact: bool | None  # cells loaded from host memory or copied between slots: as where they were made
     answers_reused: bool  # answers' cells reused: fast mode, or exact where the load-time check measured them equal
     speculative: str  # --spec-type: none | ngram | draft
     # Drafts cannot change the text: the load-time check found a sequence's rows decoded together equal to
@@ -116,6 +118,10 @@ class Engine:
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
                         "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type and backend "
                         "docs/cache-and-exactness.md lists as exact")
+        if engine.numerics.moved_cells_exact is False:
+            log.warning("exactness_limited", reason="cells loaded from host memory or copied from another slot gave "
+                        "other logits than where they were made in the load-time check: greedy text may depend on "
+                        "which slot a conversation's cells come from", fix="serve with --cache-ram 0 and --parallel 1")
         if engine.exactness.drafts_keep_text is False:
             log.warning("drafts_may_change_text", reason=engine._drafts_reason(),
                         fix="serve in exact mode on the cpu backend, or with --spec-type none")
@@ -154,9 +160,10 @@ class Engine:
     @property
     def exactness(self) -> Exactness:
         attention, kernels, numerics = self.model.attention, self.model.kernels, self.numerics
-        return Exactness(self.model.config.prefix_cache.value, loaded_build(), attention.flash_attn,
-                         attention.cache_type_k, attention.cache_type_v, attention.pinned, kernels.tiled_mm,
-                         kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
+        return Exactness(self.model.config.prefix_cache.value, loaded_build(), kernels.batch_invariant,
+                         attention.flash_attn, attention.cache_type_k, attention.cache_type_v, attention.pinned,
+                         kernels.tiled_mm, kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
+                         numerics.moved_cells_exact,
                          # answers' cells reused: fast mode, or exact where the numerics allow (exactness/load_check.py)
                          self._steps.cache.every_cell, self.model.config.spec_type.value,
                          self._drafts_keep_text)

@@ -72,7 +72,9 @@ def _load(settings: Settings, progress: LoadingProgress,
         config = replace(config, ctx_size=model.defaults.ctx_size)
     config = replace(config, lora=_fetch_loras(settings.lora, registry, model.model_id))
     library = load_library(choose_library(model.path, config))
-    log.info("library_chosen", build=library.build, path=library.path, reason=library.reason)
+    # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
+    (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
+                                                    reason=library.reason)
     # The first import of llama_cpp, which loads the library just chosen.
     from worker.engine.engine import Engine
 

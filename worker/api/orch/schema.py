@@ -44,11 +44,12 @@ _HEALTH = {"description": "healthy", **json_body({"type": "object", "properties"
     "status": {"type": "string"}, "vram_bytes": {"type": "integer"},
     "exactness": {"type": "object", "properties": {
         "prefix_cache": {"enum": ["exact", "fast", "off"]},
-        "library": {"enum": ["default", "no-llamafile", "LLAMA_CPP_LIB_PATH"]},
-        "flash_attn": {"enum": ["on", "off", "auto"]},
+        "library": {"enum": ["default", "batch-invariant", "LLAMA_CPP_LIB_PATH"]},
+        "ggml_batch_invariant": {"type": "boolean"}, "flash_attn": {"enum": ["on", "off", "auto"]},
         "cache_type_k": {"type": "string"}, "cache_type_v": {"type": "string"}, "attention_pinned": {"type": "boolean"},
         "tiled_mm": {"type": "boolean"}, "repack": {"type": "boolean"},
         "decoded_cells_exact": {"type": ["boolean", "null"]}, "batch_invariant": {"type": ["boolean", "null"]},
+        "moved_cells_exact": {"type": ["boolean", "null"]},
         "answers_reused": {"type": "boolean"}, "speculative": {"enum": ["none", "ngram", "draft"]},
         "drafts_keep_text": {"type": ["boolean", "null"]}}}}})}
 

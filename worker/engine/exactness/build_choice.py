@@ -1,15 +1,20 @@
 """Which llama.cpp library the process loads, chosen per model before llama_cpp is first imported.
 
-llamafile's tinyBLAS (ggml-cpu/llamafile/sgemm.cpp) computes F32, F16 and BF16 matrix products of two or more rows
-and leaves one-row products to ggml's vec_dot, which sums in another order. On such weights a row's logits depend
-on how many rows its batch holds: the load-time check (load_check.py) measured both guarantees broken on F16 (rows
-move with their neighbours; answers' cells differ from a prefill's), and so does attention without flash
-attention, whose products take the F16 KV cells. No runtime switch turns tinyBLAS off, but a build of the same
-llama.cpp without it (CMakePresets.json's no-llamafile) computes every row count through vec_dot. `make install`
-builds it beside llama-cpp-python's own; exact and off modes on the cpu backend load it where such products run
-(a LoRA adapter's tensors, F16 or F32 as convert_lora_to_gguf.py writes them, are multiplied like weights too), and
-every other model keeps the default build, which is faster for them (bench/WEIGHTS.md). llama-cpp-python
-binds its functions when imported, from LLAMA_CPP_LIB_PATH.
+llama.cpp's CPU kernels pick their summation order by batch shape: flash attention by the rows of a sequence and
+the cells (tiled from 64 rows, split over the threads for one row past 512 cells), K-quant products by the rows
+(tiled from 8), llamafile's F16/BF16/F32 GEMM by the rows (from 2). A row's logits then follow what runs beside it
+and how its prompt was cut. Our patches to the same llama.cpp (patches/llama.cpp) add a switch,
+GGML_CPU_BATCH_INVARIANT=1, under which each of these takes one order per row whatever the batch, at llama.cpp's own
+speed (docs/cache-and-exactness.md). `make install` builds it (scripts/install-batch-invariant) beside
+llama-cpp-python's own; exact and off modes on the cpu backend load it and turn the switch on, for every weight type
+and LoRA adapter (an adapter's tensors, F16 or F32 as convert_lora_to_gguf.py writes them, are multiplied like
+weights: patch 0004 holds them to one order as it does F16 weights).
+Fast mode keeps llama-cpp-python's own build, and so does exact mode where the patched build is not installed (a
+plain pip install): it then falls back to holding llama.cpp to the kernels that ignore the batch without patches
+(kv_plan.py's pinned attention, ggml_switches.py), which F16/BF16/F32 weights or adapter tensors and unfused
+attention cannot be.
+llama-cpp-python binds its functions when imported, from LLAMA_CPP_LIB_PATH; ggml reads the switch when its CPU
+backend first initializes, which the import may do: both are set before it.
 """
 
 from __future__ import annotations
@@ -25,16 +30,19 @@ from worker.engine.exactness.tensor_table import weight_product_types
 from worker.engine.modes import CacheMode
 
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # read by llama_cpp/llama_cpp.py at import
-# Where `make install` links the no-llamafile build (scripts/build-llama-cpp's output, cached per flags).
-NO_LLAMAFILE_DIR = Path(sys.prefix) / "lib" / "llm-worker" / "no-llamafile"
-TINYBLAS_TYPES = frozenset({"F32", "F16", "BF16"})  # what sgemm.cpp takes on x86 for 2+ rows and not for one
+SWITCH_ENV = "GGML_CPU_BATCH_INVARIANT"  # read by ggml_cpu_init (patches/llama.cpp)
+# Where `make install` puts the patched build (scripts/build-llama-cpp's output, cached per flags and patches).
+BATCH_INVARIANT_DIR = Path(sys.prefix) / "lib" / "llm-worker" / "batch-invariant"
+# What the fallback cannot hold to one order: llamafile's GEMM takes these weights from 2 rows, vec_dot one row.
+TINYBLAS_TYPES = frozenset({"F32", "F16", "BF16"})
 
 
 @dataclass(frozen=True)
 class Library:
-    build: str  # default (llama-cpp-python's own) | no-llamafile | LLAMA_CPP_LIB_PATH (the user's)
+    build: str  # default (llama-cpp-python's own) | batch-invariant (patches/llama.cpp) | LLAMA_CPP_LIB_PATH (user's)
     path: str  # the directory libllama is loaded from
     reason: str  # one line: why this one
+    fallback: bool = False  # exact or off mode without the patched build: pinned kernels, and what they cannot hold
 
 
 def default_dir() -> Path:
@@ -44,43 +52,61 @@ def default_dir() -> Path:
     return Path(spec.submodule_search_locations[0]) / "lib"
 
 
-def choose_library(model: Path, config: EngineConfig, no_llamafile: Path = NO_LLAMAFILE_DIR) -> Library:
-    """The build whose kernels keep this model's rows apart at the least cost, for this mode and backend."""
+def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVARIANT_DIR) -> Library:
+    """The build whose kernels keep this model's rows apart, for this mode and backend."""
     if user := os.environ.get(LIB_PATH_ENV):
         return Library("LLAMA_CPP_LIB_PATH", user, f"{LIB_PATH_ENV} is set")
     default = str(default_dir())
-    if config.prefix_cache is CacheMode.FAST or config.backend != "cpu" or config.rpc_servers:
+    if not _rows_kept_apart(config):
         return Library("default", default, "rows may depend on their batch (fast mode), or not a cpu-only model")
-    products = []
+    if batch_invariant_installed(patched):
+        return Library("batch-invariant", str(patched), f"{SWITCH_ENV}=1: every row's arithmetic ignores its batch")
+    missing = f"the batch-invariant build is not installed at {patched} (make install builds it)"
+    lost = []
     if weights := sorted(set(weight_product_types(model)) & TINYBLAS_TYPES):
-        products.append(f"{'/'.join(weights)} weights")
+        lost.append(f"{'/'.join(weights)} weights")
     if lora_types := sorted({kind for lora in config.lora for kind in weight_product_types(lora.path)}
                             & TINYBLAS_TYPES):
-        products.append(f"{'/'.join(lora_types)} LoRA adapter tensors")
-    if config.attention().flash_attn == "off":  # K·Q and V·softmax: matrix products of F16 cells
-        products.append("attention without flash attention")
-    if not products:
-        return Library("default", default, "no matrix product that llamafile computes apart by row count")
-    need = f"{' and '.join(products)}: llamafile computes 2+ rows in another order than one"
-    if not (no_llamafile / "libllama.so").exists():
-        return Library("default", default, f"{need}, and the no-llamafile build is not installed at {no_llamafile}"
-                                           " (make install builds it): rows depend on their batch")
-    return Library("no-llamafile", str(no_llamafile), need)
+        lost.append(f"{'/'.join(lora_types)} LoRA adapter tensors")
+    if config.attention().flash_attn == "off":  # K·Q and V·softmax: llamafile's GEMM over the F16 cells
+        lost.append("attention without flash attention")
+    if lost:
+        return Library("default", default, f"{missing}: {' and '.join(lost)} compute a row by its batch's size, so "
+                                           "rows depend on their batch", fallback=True)
+    return Library("default", default, f"{missing}: flash attention pinned to its per-row kernel (slower prefill)",
+                   fallback=True)
+
+
+def expects_batch_invariant(config: EngineConfig, patched: Path = BATCH_INVARIANT_DIR) -> bool:
+    """Will choose_library give this config the batch-invariant build (for flags checked before a model is known)?"""
+    return LIB_PATH_ENV not in os.environ and _rows_kept_apart(config) and batch_invariant_installed(patched)
+
+
+def _rows_kept_apart(config: EngineConfig) -> bool:
+    """Exact and off modes on the cpu backend alone: where the worker holds every row to one arithmetic."""
+    return config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
+
+
+def batch_invariant_installed(patched: Path = BATCH_INVARIANT_DIR) -> bool:
+    return (patched / "libllama.so").exists()
 
 
 def load_library(library: Library) -> Library:
-    """Point llama-cpp-python at the chosen library, and say which one the process has: the chosen one, or the one
-    loaded already if llama_cpp was imported before the model was known (a conversion's llama_model_quantize in
-    this process), as a process cannot load a second libllama."""
+    """Point llama-cpp-python at the chosen library (and turn the patched one's switch on), and say which one the
+    process has: the chosen one, or the one loaded already if llama_cpp was imported before the model was known (a
+    conversion's llama_model_quantize in this process), as a process cannot load a second libllama."""
     if "llama_cpp" not in sys.modules:
         if library.build != "default":
             os.environ[LIB_PATH_ENV] = library.path
+        if library.build == "batch-invariant":
+            os.environ[SWITCH_ENV] = "1"
         return library
     loaded = loaded_library()
     if loaded == library.path:
         return library
     return Library(loaded_build(), loaded, f"llama.cpp was loaded before the model was known, where {library.build} "
-                                           f"was chosen ({library.reason}): restart the worker to load it")
+                                           f"was chosen ({library.reason}): restart the worker to load it",
+                   fallback=library.fallback or library.build == "batch-invariant")
 
 
 def loaded_library() -> str:
@@ -89,6 +115,6 @@ def loaded_library() -> str:
 
 
 def loaded_build() -> str:
-    """default | no-llamafile | LLAMA_CPP_LIB_PATH: which build this process loaded (llama_cpp imported)."""
-    return {str(default_dir()): "default", str(NO_LLAMAFILE_DIR): "no-llamafile"}.get(loaded_library(),
-                                                                                      "LLAMA_CPP_LIB_PATH")
+    """default | batch-invariant | LLAMA_CPP_LIB_PATH: which build this process loaded (llama_cpp imported)."""
+    return {str(default_dir()): "default", str(BATCH_INVARIANT_DIR): "batch-invariant"}.get(loaded_library(),
+                                                                                           "LLAMA_CPP_LIB_PATH")

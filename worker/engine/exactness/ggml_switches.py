@@ -1,19 +1,24 @@
 """ggml CPU settings that keep a model's weight products independent of how many rows a batch holds.
 
-Exact and off modes need a row's numerics to follow the row alone. Measured on the default build with
-bench/probes/kvrule.py (bench/probes/RESULTS.md, "weight types"):
-- K-quant and IQ weights go through ggml's tiled matmul (ggml-cpu/tiled/) from 8 rows and through vec_dot below,
-  which sum in another order. GGML_CPU_TILED_MM=0 holds them to vec_dot: prefill 0.94x on Q6_K and decode
-  unchanged, where GGML_CPU_TILED_MM_FORCE=1 (tiled for every row, also exact) cost decode 0.80x
+Exact and off modes need a row's numerics to follow the row alone.
+- On the batch-invariant build (build_choice.py) ggml's GGML_CPU_BATCH_INVARIANT switch does it for every weight
+  type (patches/llama.cpp): K-quant rows sum in the tiled matmul's order whether 1 or 8+ rows, llamafile's GEMM
+  takes one row too. Whether the switch is on is asked of the loaded library itself (ggml_cpu_batch_invariant,
+  which only the patched library exports), after ggml read it.
+- Without it (the fallback), measured on llama-cpp-python's own build with bench/probes/kvrule.py
+  (bench/probes/RESULTS.md, "weight types"): K-quant and IQ weights go through ggml's tiled matmul from 8 rows and
+  through vec_dot below, which sum in another order. GGML_CPU_TILED_MM=0 holds them to vec_dot: prefill 0.94x on
+  Q6_K and decode unchanged, where GGML_CPU_TILED_MM_FORCE=1 (tiled for every row, also exact) cost decode 0.80x
   (bench/probes/prefillspeed.py). ggml reads it once per process, at its first matrix product.
-- Repacked weights compute whole groups of rows in a GEMM and the rest in a GEMV. Q4_0's two agree bitwise;
-  Q4_K's differ, so a model holding a repackable type other than Q4_0 loads its weights as stored (llama.cpp's
-  --no-repack; prefill 0.81x on a Q4_K_M file).
+- Either way, repacked weights compute whole groups of rows in a GEMM and the rest in a GEMV. Q4_0's two agree
+  bitwise; Q4_K's differ, so a model holding a repackable type other than Q4_0 loads its weights as stored
+  (llama.cpp's --no-repack; prefill 0.81x on a Q4_K_M file).
 Types are read from the GGUF's tensor table (tensor_table.py), before llama.cpp loads the weights.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,19 +34,38 @@ REPACK_DIFFERS = frozenset({"Q4_K", "Q2_K", "IQ4_NL", "MXFP4"})
 class Kernels:
     tiled_mm: bool  # ggml's tiled K-quant matmul may take batches of 8+ rows
     repack: bool  # weights repacked for the CPU's GEMM (llama_model_params.use_extra_bufts)
+    batch_invariant: bool = False  # ggml's GGML_CPU_BATCH_INVARIANT switch is on (the patched library)
 
 
 FASTEST = Kernels(tiled_mm=True, repack=True)
 
 
-def choose_kernels(path: Path, row_invariant: bool) -> Kernels:
-    """The fastest settings, or, where rows must not depend on their batch, the fastest that keep them apart."""
+def choose_kernels(path: Path, row_invariant: bool, switch_on: bool = False) -> Kernels:
+    """The fastest settings, or, where rows must not depend on their batch, the fastest that keep them apart:
+    with ggml's switch on (switch_on: switch_is_on()), tiled K-quant products stay; without it they go."""
     if not row_invariant:
         return FASTEST
-    return Kernels(tiled_mm=False, repack=not (set(weight_product_types(path)) & REPACK_DIFFERS))
+    repack = not (set(weight_product_types(path)) & REPACK_DIFFERS)
+    return Kernels(tiled_mm=switch_on, repack=repack, batch_invariant=switch_on)
 
 
 def apply(kernels: Kernels) -> None:
     """Set what ggml reads from the environment; before the process's first matrix product."""
     if not kernels.tiled_mm:
         os.environ[TILED_MM_ENV] = "0"
+
+
+def switch_is_on(library_dir: str) -> bool:
+    """Did the loaded ggml turn GGML_CPU_BATCH_INVARIANT on? False for a library without the switch. The CPU
+    backend reads it once, when it first initializes (ggml_backend_cpu_reg does, and does nothing after)."""
+    try:
+        cpu = ctypes.CDLL(str(Path(library_dir) / "libggml-cpu.so"))  # loaded already: the same handle
+    except OSError:
+        return False
+    query = getattr(cpu, "ggml_cpu_batch_invariant", None)
+    if query is None:
+        return False
+    cpu.ggml_backend_cpu_reg.restype = ctypes.c_void_p
+    cpu.ggml_backend_cpu_reg()
+    query.restype = ctypes.c_bool
+    return bool(query())

@@ -2,19 +2,26 @@
 
 llama.cpp's CPU flash attention (ggml-cpu/ops.cpp) has three kernels, and their sums differ: split-KV for the
 lone query row of one stream over 512+ cells, tiled from 64 query rows, and a per-row kernel between. Left to
-pick by shape, a row's numerics would follow what else is in its batch. The tiled and split-KV kernels both need
-K cells in F16 (or F32) and V cells of the same type, so with K in another type, or V in another type than K,
-every row takes the per-row kernel, which computes each row alone over its cells in order: a row's logits no
-longer depend on the batch, nor on whether its cells were made one token at a time or by a prefill
-(bench/probes/RESULTS.md, "flash attention pinned").
+pick by shape, a row's numerics would follow what else is in its batch.
 
-Which pair costs least was measured (bench/probes/prefillspeed.py, test model, 1,536-token prompt, tok/s against
-the shape-picked kernels' 407 prefill / 108 decode): K q8_0 + V f16 326 / 106; K bf16 + V f16 322 / 104 (fast only
-where the CPU has AVX512-BF16); K f16 + V bf16 262 / 76; K f32 + V f16 408 / 75. So exact and off modes (which must
-compute alike: tests hold their texts equal) run flash attention on the cpu backend with K cells in q8_0 (half
-the bytes of f16, llama.cpp's usual K cache quantization) and V cells in f16; given --cache-type-k f16, V goes to
-bf16. Elsewhere (GPU kernels were not measured) they run without flash attention; fast mode leaves flash attention
-to llama.cpp and keeps f16 cells, its fastest.
+On the batch-invariant build with its switch on (build_choice.py, ggml_switches.py) every row takes the tiled
+kernel's arithmetic, one row or many, and never split-KV (patches/llama.cpp/0001, 0002): K and V cells in f16, the
+tiled kernel's type, are exact, as fast as llama.cpp's own picks (docs/cache-and-exactness.md); any other pair
+takes the per-row kernel for every row, also exact.
+
+Without it (the fallback), the tiled and split-KV kernels both need K cells in F16 (or F32) and V cells of the same
+type, so with K in another type, or V in another type than K, every row takes the per-row kernel, which computes
+each row alone over its cells in order: a row's logits no longer depend on the batch, nor on whether its cells were
+made one token at a time or by a prefill (bench/probes/RESULTS.md, "flash attention pinned"). Which pair costs
+least was measured (bench/probes/prefillspeed.py, test model, 1,536-token prompt, tok/s against the shape-picked
+kernels' 407 prefill / 108 decode): K q8_0 + V f16 326 / 106; K bf16 + V f16 322 / 104 (fast only where the CPU has
+AVX512-BF16); K f16 + V bf16 262 / 76; K f32 + V f16 408 / 75. So the fallback runs flash attention with K cells in
+q8_0 (half the bytes of f16, llama.cpp's usual K cache quantization) and V cells in f16; given --cache-type-k f16,
+V goes to bf16.
+
+Exact and off modes compute alike (tests hold their texts equal). Elsewhere than the cpu backend (GPU kernels were
+not measured) they run without flash attention; fast mode leaves flash attention to llama.cpp and keeps f16 cells,
+its fastest.
 """
 
 from __future__ import annotations
@@ -24,10 +31,12 @@ from dataclasses import dataclass
 from worker.engine.modes import CacheMode
 from worker.errors import WorkerError
 
-# The cells exact mode stores on the cpu backend when not told (see above), and the V type when K is f16.
+# The cells exact mode stores on the cpu backend when not told: on the batch-invariant build, and in the fallback
+# (see above), with the V type that pins the per-row kernel when K is f16.
+INVARIANT_K_TYPE = INVARIANT_V_TYPE = "f16"
 PINNED_K_TYPE, PINNED_V_TYPE, PINNING_V_TYPE = "q8_0", "f16", "bf16"
 # q8_0 packs 32 values a block: a model whose attention heads are not a multiple of that wide cannot store it, and
-# exact mode then keeps K in f16 with V in bf16 (the other pinned pair; ~0.8x decode, bench/probes/RESULTS.md).
+# the fallback then keeps K in f16 with V in bf16 (the other pinned pair; ~0.8x decode, bench/probes/RESULTS.md).
 Q8_0_BLOCK = 32
 
 
@@ -36,13 +45,14 @@ class Attention:
     flash_attn: str  # on | off | auto (llama.cpp decides)
     cache_type_k: str
     cache_type_v: str
-    pinned: bool  # flash attention on, every row through its per-row kernel whatever the batch
+    pinned: bool  # flash attention on, every row through one kernel whatever the batch
 
 
 def plan_attention(backend: str, rpc: bool, mode: CacheMode, flash_attn: str, cache_type_k: str | None,
-                   cache_type_v: str | None, head_size: int | None = None) -> Attention:
-    """The attention a context gets, from the flags (a cell type None: not given) and, once the model is loaded,
-    its K head size. Raises WorkerError for flags that would break exact mode's promise, naming what to change."""
+                   cache_type_v: str | None, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
+    """The attention a context gets, from the flags (a cell type None: not given), once the model is loaded its K
+    head size, and whether ggml's batch-invariant switch is on. Raises WorkerError for flags that would break exact
+    mode's promise, naming what to change."""
     if mode is CacheMode.FAST:
         return Attention(flash_attn, cache_type_k or "f16", cache_type_v or "f16", pinned=False)
     if backend != "cpu" or rpc:
@@ -53,6 +63,8 @@ def plan_attention(backend: str, rpc: bool, mode: CacheMode, flash_attn: str, ca
         return _unfused(cache_type_k, cache_type_v)
     if flash_attn == "off":
         return _unfused(cache_type_k, cache_type_v)
+    if batch_invariant:
+        return Attention("on", cache_type_k or INVARIANT_K_TYPE, cache_type_v or INVARIANT_V_TYPE, pinned=True)
     fits_q8_0 = head_size is None or head_size % Q8_0_BLOCK == 0
     key_type = cache_type_k or (PINNED_K_TYPE if fits_q8_0 else "f16")
     value_type = cache_type_v or (PINNING_V_TYPE if key_type == "f16" else PINNED_V_TYPE)
@@ -62,7 +74,7 @@ def plan_attention(backend: str, rpc: bool, mode: CacheMode, flash_attn: str, ca
         raise WorkerError(f"--prefix-cache {mode.value} with --flash-attn on needs --cache-type-v other than f16 "
                           "when --cache-type-k is f16: with both f16 llama.cpp picks its attention kernel by batch "
                           f"shape, so text would follow the load; leave --cache-type-v unset ({PINNING_V_TYPE}), "
-                          "or use --prefix-cache fast")
+                          "install the batch-invariant build (make install), or use --prefix-cache fast")
     if not pinnable:
         return _unfused(key_type, value_type)
     return Attention("on", key_type, value_type, pinned=True)

@@ -11,11 +11,12 @@ the attention products out of llamafile's GEMM: every weight type measured then 
 default build too (bench/probes/RESULTS.md). Which kernels a model and a backend take is not something
 flags and tensor types tell reliably, so the engine asks the numerics: at load it makes one prompt's
 cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise, and it
-decodes a row alone and beside another slot's rows. It measures on every backend and says what it found;
+decodes a row alone and beside another slot's rows, and on cells moved into another slot. It measures on every
+backend and says what it found;
 it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (exactness/kv_plan.py,
 ggml_switches.py, build_choice.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
-With LoRA adapters loaded it measures again under all of them at once, so each adapter's own products (their
-tensor types' kernels: build_choice.py counts them as weights) are measured too; both must agree.
+With LoRA adapters loaded it measures again under all of them at once, so each adapter's own products (F16 or F32
+matrices, taken by the kernels such weights take: build_choice.py) are measured too; both must agree.
 """
 
 from __future__ import annotations
@@ -56,6 +57,9 @@ class Numerics:
     # A sequence's rows decoded together (a decode row and its draft) each get a one-token decode's logits;
     # None: not measured (no speculative decoding).
     verify_rows_exact: bool | None = None
+    # Cells saved to host memory and loaded into another slot, or copied there, give the logits they gave where they
+    # were made; None: not measured (one slot).
+    moved_cells_exact: bool | None = None
 
     @property
     def answers_reusable(self) -> bool:
@@ -82,15 +86,18 @@ def measure(model: LlamaModel) -> Numerics:
         return None if values[0] is None else all(values)
 
     return Numerics(agreed(0), agreed(1), trusted=config.backend == "cpu" and not config.rpc_servers,
-                    verify_rows_exact=agreed(2))
+                    verify_rows_exact=agreed(2), moved_cells_exact=agreed(3))
 
 
-def _measured(model: LlamaModel, adapters: AdapterSet) -> tuple[bool, bool, bool | None]:
-    """decoded cells exact, rows independent of their batch, verify rows exact (None: no drafts), under `adapters`."""
+def _measured(model: LlamaModel, adapters: AdapterSet) -> tuple[bool, bool, bool | None, bool | None]:
+    """decoded cells exact, rows independent of their batch, verify rows exact (None: no drafts), moved cells exact
+    (None: one slot), under `adapters`."""
     config = model.config
     model.adapters.use(adapters)
     verify = verify_rows_match_decodes(model) if config.spec_type is not SpecType.NONE else None
-    return decode_matches_prefill(model), row_ignores_batch(model) if config.parallel > 1 else True, verify
+    several = config.parallel > 1
+    return (decode_matches_prefill(model), row_ignores_batch(model) if several else True, verify,
+            moved_cells_match(model) if several else None)
 
 
 def decode_matches_prefill(model: LlamaModel) -> bool:
@@ -128,6 +135,37 @@ def row_ignores_batch(model: LlamaModel) -> bool:
             if not alone or _decode_rows(model, batch, [row, *others]) != alone:
                 return False
         return True
+    finally:
+        llama_cpp.llama_batch_free(batch)
+        for slot in (0, 1):
+            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+
+
+def moved_cells_match(model: LlamaModel) -> bool:
+    """Slot 0's cells saved and loaded into slot 1 (host memory, --cache-ram), then copied into it (llama_memory_seq_cp,
+    a shared prefix): slot 1's next row the same logits as slot 0's? The batch-invariant attention kernel sums the
+    cells in 64-cell tiles counted from the stream's first cell, so this holds where moved cells land at the index
+    of their position, as llama.cpp puts them into an emptied stream (its find_slot from head 0, its whole-stream
+    copy)."""
+    tokens = _probe_tokens(model)
+    last = PROBE_TOKENS - 1
+    row = (tokens[last], last, 0, True)
+    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
+    try:
+        _logits_after(model, batch, tokens[:last], [(0, last)])
+        size = llama_cpp.llama_state_seq_get_size(model.ctx, 0)
+        saved = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(model.ctx, saved, size, 0) != size:
+            return False
+        alone = _decode_rows(model, batch, [row])
+        llama_cpp.llama_memory_seq_rm(model.memory, 0, last, -1)
+        if llama_cpp.llama_state_seq_set_data(model.ctx, saved, size, 1) != size:
+            return False
+        restored = _decode_rows(model, batch, [(*row[:2], 1, True)])
+        llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
+        llama_cpp.llama_memory_seq_cp(model.memory, 0, 1, -1, -1)  # slot 0's stream whole, at the next decode
+        copied = _decode_rows(model, batch, [(*row[:2], 1, True)])
+        return isinstance(alone, bytes) and restored == alone and copied == alone
     finally:
         llama_cpp.llama_batch_free(batch)
         for slot in (0, 1):

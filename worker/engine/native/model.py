@@ -12,6 +12,7 @@ import structlog
 
 from worker.engine.config import EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
+from worker.engine.exactness.build_choice import loaded_library
 from worker.engine.modes import CacheMode
 from worker.engine.native import llama_log
 from worker.engine.native.adapters import AdapterSwitch, load_adapters
@@ -98,7 +99,8 @@ class LlamaModel:
         # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend
         # (exactness/ggml_switches.py).
         row_invariant = config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
-        self.kernels = kernels.choose_kernels(path, row_invariant)
+        switch_on = row_invariant and kernels.switch_is_on(loaded_library())
+        self.kernels = kernels.choose_kernels(path, row_invariant, switch_on)
         kernels.apply(self.kernels)
         # The devices that take layers: this machine's GPU (none for cpu) and the rpc servers' ones.
         local = [ggml().ggml_backend_dev_get(device.index)] if device else []
@@ -108,7 +110,7 @@ class LlamaModel:
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
             loaded = load_adapters(self.model, path, config.lora)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
-            self.attention = config.attention(self._head_size_k())
+            self.attention = config.attention(self._head_size_k(), self.kernels.batch_invariant)
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
             self.embedding = self._new_pooled_context(config, POOLING[self.pooling], "embedding",

@@ -1,0 +1,48 @@
+"""The batch-invariant build as exact mode loads it (patches/llama.cpp with GGML_CPU_BATCH_INVARIANT=1, K and V cells
+in f16, flash attention on), for every weight type of the per-type table: a 575-token prompt's last logits are
+bitwise the whole prompt's whether it is cut into chunks of 1, 16, 48, 64, 100, 256 or 512 rows; an answer's cells,
+decoded one at a time past the 512 cells where llama.cpp's own kernel splits a lone row's KV, continue as a
+prefill's do; a row's logits are its own beside other streams' decode rows and prefill chunks; and cells loaded from
+host memory into another stream (llama_state_seq_set_data, --cache-ram), or copied there (llama_memory_seq_cp),
+continue as where they were made. bench/probes/batchinvariance.py measures it, in a child process: a process binds
+one libllama, and this one has llama-cpp-python's own."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.probes.batchinvariance import TYPES, kernel_env
+from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, LIB_PATH_ENV, SWITCH_ENV, default_dir
+
+PROBE = Path(__file__).parents[2] / "bench" / "probes" / "batchinvariance.py"
+REPEAT = 35  # the probe's filler sentences: a 575-token prompt (its default 690), past 512 cells all the same
+
+
+@pytest.mark.parametrize("qtype", TYPES)
+def test_a_row_ignores_its_batch_its_cuts_and_where_its_cells_came_from(qtype, model_path, quantized):
+    path = model_path if qtype == "q4_1" else quantized(qtype)  # the test model is Q4_1
+    env = {**os.environ, **kernel_env("patched", qtype, str(BATCH_INVARIANT_DIR))}
+    run = subprocess.run([sys.executable, str(PROBE), f"--repeat={REPEAT}", "--child", str(path)], env=env,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    gaps = json.loads(run.stdout.splitlines()[-1])
+    assert gaps == dict.fromkeys(gaps, 0.0), gaps
+
+
+@pytest.mark.parametrize(("library", "switch", "on"), [("patched", "1", True), ("patched", "0", False),
+                                                       ("default", "1", False)])
+def test_the_switch_is_asked_of_the_loaded_ggml(library, switch, on):
+    """ggml_switches.switch_is_on: true only where the loaded ggml has the switch and read it on."""
+    where = str(BATCH_INVARIANT_DIR) if library == "patched" else str(default_dir())
+    code = ("import sys, llama_cpp; from worker.engine.exactness.ggml_switches import switch_is_on; "
+            "print(switch_is_on(sys.argv[1]))")
+    env = {**os.environ, LIB_PATH_ENV: where, SWITCH_ENV: switch}
+    run = subprocess.run([sys.executable, "-c", code, where], env=env, capture_output=True, text=True,
+                         cwd=Path(__file__).parents[2], timeout=120)
+    assert run.stdout.strip().splitlines()[-1] == str(on), run.stderr[-2000:]
