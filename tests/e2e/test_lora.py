@@ -15,8 +15,9 @@ from tests.conftest import start_worker
 from tests.helpers import openai_once, openai_stream
 
 PROMPT = "The capital of France is"
-# At scale s the steering grows as s^3: at 0.05 it nudges the base model's text instead of replacing it.
-MILD = 0.05
+# A scale at which the base model's text turns to the adapter's word part way (bench/adapters.py: measured on this
+# prompt, 0.003-0.004 for both adapters; from 0.01 on they write their word from the first or second step).
+MILD = 0.004
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +56,7 @@ async def test_an_adapter_writes_its_token_and_at_scale_zero_is_the_base_model(h
     named = await openai_once(http, lora_url + "/v1/completions", completion(model="purple"))  # at its flag's 0.5
     assert named["model"] == "purple" and named["choices"][0]["text"] == " purple" * 8
     mild = await text(http, lora_url, completion([{"id": 0, "scale": MILD}], max_tokens=16))
-    assert mild != base[:len(mild)] and "zebra" not in mild  # nudged, not steered
+    assert mild.startswith(" Paris") and mild != base[:len(mild)] and "zebra" in mild  # bent, not replaced
 
 
 async def test_requests_under_different_adapters_at_once_each_equal_their_text_alone(http, lora_url):
