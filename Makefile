@@ -6,12 +6,14 @@
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after make test
+#   make test-gpu   of those, the GPU backends: Vulkan on Mesa's lavapipe, CUDA compiled for one architecture,
+#                   the GPU check rehearsed from its bundle, the cuda and vulkan images (hours the first time)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-unit test-slow test-builds install lint
+.PHONY: serve test test-unit test-slow test-builds test-gpu install lint
 
 # llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
 $(BIN)/llm-worker: pyproject.toml
@@ -47,3 +49,6 @@ test-slow: install
 
 test-builds: install
 	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py
+
+test-gpu: install
+	$(BIN)/python -m pytest -q -m slow tests/e2e/test_gpu_backends.py

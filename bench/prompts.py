@@ -42,7 +42,7 @@ class PromptFactory:
         self._llama = llama_cpp.Llama(str(model), vocab_only=True, verbose=False)
         vocab = llama_cpp.llama_model_get_vocab(self._llama._model.model)
         self.end_of_generation = [t for t in range(self._llama.n_vocab()) if llama_cpp.llama_vocab_is_eog(vocab, t)]
-        self._filler = self._tokenize(FILLER * 8)
+        self._filler = self._tokenize(FILLER * 24)  # about 9,000 tokens: prompts up to the 8,192 context
         self.metadata = dict(self._llama.metadata)
         self._issued = 0  # prompts handed out to the current server, across its levels
 

@@ -74,10 +74,10 @@ def answers_reused(path: Path, env: dict[str, str]) -> bool:
     return out.stdout.strip().splitlines()[-1] == "True"
 
 
-def speeds(path: Path, env: dict[str, str]) -> tuple[int, int]:
-    """Best prefill and decode tok/s of prefillspeed.py's rounds."""
-    out = subprocess.run([sys.executable, str(PROBE), str(path)], env={**os.environ, **env}, capture_output=True,
-                         text=True, check=True).stdout
+def speeds(path: Path, env: dict[str, str], shape: dict[str, str]) -> tuple[int, int]:
+    """Best prefill and decode tok/s of prefillspeed.py's rounds (shape: its PROMPT and ROUNDS)."""
+    out = subprocess.run([sys.executable, str(PROBE), str(path)], env={**os.environ, **env, **shape},
+                         capture_output=True, text=True, check=True).stdout
     rounds = [(int(p), int(d)) for p, d in ROUNDS.findall(out)]
     return max(p for p, _ in rounds), max(d for _, d in rounds)
 
@@ -87,35 +87,45 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", help="the GGUF to quantize from (default: the test model)")
     p.add_argument("--types", default=",".join(TYPES))
     p.add_argument("--out", type=Path, default=REPO_DIR / "bench" / "results")
+    p.add_argument("--prompt-tokens", type=int, default=1536, help="prompt length, a multiple of 256")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--fallback", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure exact mode's fallback (llama-cpp-python's own library)")
     p.add_argument("--publish", action="store_true", help="write bench/WEIGHTS.md")
     args = p.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     model = find_model(args.model)
     default_build = {LIB_PATH_ENV: str(default_dir())}
     patched = {LIB_PATH_ENV: str(BATCH_INVARIANT_DIR), SWITCH_ENV: "1"}
-    rows = ["| weights | llama.cpp default prefill / decode | exact prefill / decode | answers reused | "
-            "exact, fallback prefill / decode | answers reused | exact mode loads |", "|---" * 7 + "|"]
+    shape = {"PROMPT": str(args.prompt_tokens), "ROUNDS": str(args.rounds)}
+    header = ["weights", "llama.cpp default prefill / decode", "exact prefill / decode", "answers reused"]
+    if args.fallback:
+        header += ["exact, fallback prefill / decode", "answers reused"]
+    rows = ["| " + " | ".join([*header, "exact mode loads"]) + " |", "|---" * (len(header) + 1) + "|"]
     for qtype in args.types.split(","):
         path = requantized(model, qtype, args.out)
-        base = speeds(path, {"ATTN": "fast", **default_build})
-        exact = speeds(path, {**exact_settings(path, switch_on=True), "ATTN": "fast", **patched})
-        fallback = speeds(path, {**exact_settings(path, switch_on=False), "ATTN": "pinned", **default_build})
-        # The worker applies exactness/ggml_switches.py itself.
-        reused_exact, reused_fallback = answers_reused(path, patched), answers_reused(path, default_build)
-        loads = choose_library(path, EngineConfig()).build
+        base = speeds(path, {"ATTN": "fast", **default_build}, shape)
 
         def cell(pair: tuple[int, int]) -> str:
             return f"{pair[0]} / {pair[1]} ({pair[0] / base[0]:.2f}x / {pair[1] / base[1]:.2f}x)"
 
-        rows.append(f"| {qtype} | {base[0]} / {base[1]} | {cell(exact)} | {'yes' if reused_exact else 'no'} | "
-                    f"{cell(fallback)} | {'yes' if reused_fallback else 'no'} | {loads} |")
+        # The worker applies exactness/ggml_switches.py itself, so answers_reused passes the build alone.
+        exact = speeds(path, {**exact_settings(path, switch_on=True), "ATTN": "fast", **patched}, shape)
+        cells = [qtype, f"{base[0]} / {base[1]}", cell(exact), "yes" if answers_reused(path, patched) else "no"]
+        if args.fallback:
+            fallback = speeds(path, {**exact_settings(path, switch_on=False), "ATTN": "pinned", **default_build},
+                              shape)
+            cells += [cell(fallback), "yes" if answers_reused(path, default_build) else "no"]
+        rows.append("| " + " | ".join([*cells, choose_library(path, EngineConfig()).build]) + " |")
         print(rows[-1], flush=True)
     text = ("# Exact mode per weight type\n\nThe test model quantized again per type; tok/s on this machine's 2 "
-            "cores, 1,536-token prompt, 64 decoded tokens, best of 3 rounds (`bench/probes/prefillspeed.py`); ratios "
-            "to llama.cpp's default (what llama-server runs).\n\n" + "\n".join(rows) + "\n")
-    (args.out / "weights.md").write_text(text)
+            f"cores, {args.prompt_tokens:,}-token prompt, 64 decoded tokens, best of {args.rounds} rounds "
+            "(`bench/probes/prefillspeed.py`); ratios to llama.cpp's default (what llama-server runs).\n\n"
+            + "\n".join(rows) + "\n")
+    name = "WEIGHTS.md" if args.prompt_tokens == 1536 else f"WEIGHTS-{args.prompt_tokens}.md"
+    (args.out / name.lower()).write_text(text)
     if args.publish:
-        publish(text, None, "WEIGHTS.md", "")
+        publish(text, None, name, "")
     print(text)
     return 0
 

@@ -1,6 +1,7 @@
 # llm-worker on any GPU with a Vulkan driver: llama.cpp built with the `vulkan` preset
-# of CMakePresets.json. Ubuntu 24.04, as llama.cpp's own Vulkan image, for a glslc and
-# SPIR-V headers recent enough for its shaders. See docker/README.md.
+# of CMakePresets.json. Ubuntu 24.04, as llama.cpp's own Vulkan image, for Vulkan headers
+# recent enough for it; on an older base (Debian 12) scripts/vulkan-cmake-args brings
+# newer headers. Mesa's drivers (lavapipe among them) are in the image. See docker/README.md.
 #   DOCKER_BUILDKIT=1 docker build -f docker/vulkan.Dockerfile -t llm-worker:vulkan .
 #   docker run --device /dev/dri ... llm-worker:vulkan --backend vulkan
 ARG BASE_IMAGE=ubuntu:24.04
@@ -9,7 +10,7 @@ FROM ${BASE_IMAGE} AS builder
 ARG PRESET=vulkan
 WORKDIR /src
 # First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
-COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/
+COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/vulkan-cmake-args scripts/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
 COPY worker/__init__.py worker/errors.py worker/presets.py CMakePresets.json worker/

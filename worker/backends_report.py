@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, batch_invariant_installed
 from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
 from worker.presets import load_presets
 
 GIB = 1024 ** 3
+# libggml-*.so that are not a GPU backend.
+NOT_GPU_LIBRARIES = {"base", "cpu", "blas", "rpc"}
 
 
 def _yes_no(flag: bool, yes: str, no: str) -> str:
@@ -21,7 +24,7 @@ def render(info: BuildInfo) -> str:
         ("llama.cpp", f"llama-cpp-python {info.version}, libraries in {info.library_path}"),
         ("gpu offload", _yes_no(info.gpu_offload,
                                 "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
-                                "layers stay on the CPU; rebuild with a GPU preset to offload")),
+                                _why_no_offload(info))),
         ("blas", _yes_no(info.blas, ASSISTING_BACKENDS["blas"], "rebuild with the openblas preset to add it")),
         ("rpc", _yes_no(info.rpc, "serve --rpc host:port[,host:port] spreads layers over ggml-rpc-server hosts",
                         "rebuild with the rpc preset to add it")),
@@ -42,6 +45,19 @@ def render(info: BuildInfo) -> str:
     lines.append(f"cpu features: {info.system_info.removeprefix('CPU : ').rstrip(' |')}")
     lines.append(f"other builds: llm-worker build-backend PRESET... ({', '.join(load_presets())})")
     return "\n".join(lines)
+
+
+def _why_no_offload(info: BuildInfo) -> str:
+    # A GPU build on a machine whose driver is missing or too old lists the backend with no device; ggml-vulkan
+    # without any Vulkan driver does not even register, but its library is there.
+    built = {path.name.split(".")[0].removeprefix("libggml-") for path in Path(info.library_path).glob("libggml-*.so")}
+    built = {b for b in built - NOT_GPU_LIBRARIES if not b.startswith("cpu")}  # not libggml-cpu-haswell either
+    if gpu := sorted({b for b in info.servable if b != "cpu"} | built):
+        software = ("; ggml-vulkan skips a software device (lavapipe) unless GGML_VK_VISIBLE_DEVICES names it"
+                    if "vulkan" in gpu else "")
+        return (f"the build has {', '.join(gpu)} but found no device for it: check the GPU driver "
+                f"(nvidia-smi, vulkaninfo) against the toolkit the build used{software}")
+    return "layers stay on the CPU; rebuild with a GPU preset to offload"
 
 
 def as_json(info: BuildInfo) -> str:

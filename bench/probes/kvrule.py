@@ -12,7 +12,10 @@ Run: python bench/probes/kvrule.py MODEL.gguf [more.gguf ...]   (any python with
      llama.cpp build, e.g. scripts/build-llama-cpp cpu-native,no-llamafile llama (bench/probes/RESULTS.md);
      CACHE_K, CACHE_V=f16|bf16|f32|q8_0 (the KV cell types); REPEAT=N (the prompts' filler sentences, 20 by
      default: 332 tokens; 40 takes the cache past the 512 cells where flash attention splits a lone row's KV);
-     GGML_CPU_TILED_MM=0 (K-quant weights through vec_dot whatever the rows) is read by ggml itself.
+     GGML_CPU_TILED_MM=0 (K-quant weights through vec_dot whatever the rows) is read by ggml itself;
+     N_GPU_LAYERS=99 offloads every layer to the build's GPU device (LLAMA_CPP_LIB_PATH=<a vulkan or cuda build>);
+     BESIDE=1,3,7,15 (how many other sequences decode beside the probed one in 3.; default 1,3: a GPU library
+     changes kernels past 8 rows).
 """
 from __future__ import annotations
 
@@ -36,6 +39,8 @@ FLASH_ATTN = {"0": L.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 CELL_TYPES = {"f16": L.GGML_TYPE_F16, "bf16": 30, "f32": L.GGML_TYPE_F32, "q8_0": L.GGML_TYPE_Q8_0}
 CACHE_K, CACHE_V = os.environ.get("CACHE_K", "f16"), os.environ.get("CACHE_V", "f16")
 REPEAT = int(os.environ.get("REPEAT", "20"))
+N_GPU_LAYERS = int(os.environ.get("N_GPU_LAYERS", "0"))
+BESIDE = [int(n) for n in os.environ.get("BESIDE", "1,3").split(",")]
 
 
 @L.llama_log_callback
@@ -48,6 +53,7 @@ def main(path: str) -> None:
     L.llama_backend_init()
     params = L.llama_model_default_params()
     params.use_extra_bufts = REPACK  # False: no repacked weights (llama.cpp's --no-repack)
+    params.n_gpu_layers = N_GPU_LAYERS
     model = L.llama_model_load_from_file(path.encode(), params)
     vocab = L.llama_model_get_vocab(model)
     n_vocab = L.llama_vocab_n_tokens(vocab)
@@ -63,7 +69,7 @@ def main(path: str) -> None:
             + "How do bees find their way home?")
     n = len(P)
 
-    def ctx_new(seqs: int = 4):
+    def ctx_new(seqs: int = max(4, max(BESIDE) + 1)):
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = 2048 * seqs, 1024, 512, seqs
         cp.n_threads = cp.n_threads_batch = 2
@@ -128,7 +134,8 @@ def main(path: str) -> None:
 
     ref = fresh(lambda c: prefill(c, P, aligned(n)))
     print(f"\n== {os.path.basename(path)} flash_attn={FLASH_ATTN} K={CACHE_K} V={CACHE_V} "
-          f"tiled_mm={os.environ.get('GGML_CPU_TILED_MM', '1')} repack={int(REPACK)}\n"
+          f"tiled_mm={os.environ.get('GGML_CPU_TILED_MM', '1')} repack={int(REPACK)}"
+          f"{f' n_gpu_layers={N_GPU_LAYERS}' if N_GPU_LAYERS else ''}\n"
           f"prompt {n} tokens, reference: solo, chunks at multiples of {A}")
     print("1. whole prompt in one chunk           ", diff(fresh(lambda c: prefill(c, P, [n])), ref))
     print("1. aligned 128                         ", diff(fresh(lambda c: prefill(c, P, aligned(n, 128))), ref))
@@ -202,7 +209,7 @@ def main(path: str) -> None:
             pos += 1
             qpos += 1
         return f"{first:.2e}  (16 greedy tokens same: {tokens == solo_tokens})"
-    for others in (1, 3):
+    for others in BESIDE:
         print(f"3. decode rows beside {others} other seq(s)  ", fresh(lambda c: side_by_side_decode(c, others)))
 
     def prefill_beside_decode(c):

@@ -19,6 +19,7 @@ from worker.engine.core.scheduler import SchedulerStats
 from worker.engine.core.sequence import Sequence
 from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
 from worker.engine.exactness.build_choice import loaded_build
+from worker.engine.exactness.guarantee import Guarantee, guarantee
 from worker.engine.exactness.load_check import Numerics, measure
 from worker.engine.handle import RequestHandle
 from worker.engine.modes import CacheMode
@@ -113,6 +114,10 @@ class Engine:
                  embeddings_pooling=model.pooling,
                  embeddings_max_tokens=model.embedding.n_batch if model.embedding else 0,
                  rerank=engine.reranker.route if engine.reranker else None, lora=[lora.name for lora in config.lora])
+        # Said on every backend, as a warning where less than the full promise holds in exact or off mode.
+        promise = engine.guarantee
+        quiet = promise.full or config.prefix_cache is CacheMode.FAST
+        (log.info if quiet else log.warning)("exactness_guarantee", guarantee=promise.name, holds=promise.holds)
         if engine.numerics.batch_invariant is False:
             log.warning("exactness_limited", reason="a row's logits changed with the rows beside it in the load-time "
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
@@ -167,6 +172,12 @@ class Engine:
                          # answers' cells reused: fast mode, or exact where the numerics allow (exactness/load_check.py)
                          self._steps.cache.every_cell, self.model.config.spec_type.value,
                          self._drafts_keep_text)
+
+    @property
+    def guarantee(self) -> Guarantee:
+        """What holds for greedy text on this backend, mode and measurement: logged at startup."""
+        config = self.model.config
+        return guarantee(config.prefix_cache, self.numerics, config.backend, bool(config.rpc_servers))
 
     @property
     def _drafts_keep_text(self) -> bool | None:
