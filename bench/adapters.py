@@ -17,7 +17,8 @@ the logits are E n / rms(n): `token` wins every step (Base.wins checks it by MAR
 scores 43.9 against 12.3 for the runner-up). A small scale s does not shrink it as s^3: ffn_down's update also
 multiplies the base model's own activations of those 2r channels, s times, so the text tips early (test model,
 " The capital of France is": a digit changes at s = 0.001-0.002, " zebra" takes over part way at 0.003-0.004, and
-from the first or second word at 0.01). At 0 llama.cpp leaves it out of the graph: the base model, bitwise. Used by tests/e2e/test_lora.py and bench/lora.py.
+from the first or second word at 0.01). At 0 llama.cpp leaves it out of the graph: the base model, bitwise. Used
+by tests/e2e/test_lora.py and bench/lora.py.
 """
 
 from __future__ import annotations
