@@ -76,3 +76,20 @@ def add_peer_flags(p: argparse.ArgumentParser, *, parallel: int, ctx_size: int, 
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
     p.add_argument("--publish", action="store_true", help=f"also write bench/{report}")
 
+
+def add_worker_flags(p: argparse.ArgumentParser, *, parallel: int = 4, ctx_size: int = 8192) -> None:
+    """The flags a bench of llm-worker alone takes: the model, its slots, context and threads, where results go."""
+    p.add_argument("--model")
+    p.add_argument("--parallel", type=int, default=parallel)
+    p.add_argument("--ctx-size", type=int, default=ctx_size)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--out", type=Path, default=BENCH_DIR / "results")
+
+
+def worker_config(args: argparse.Namespace, max_tokens: int, *worker_args: str) -> BenchConfig:
+    """llm-worker alone, from add_worker_flags' flags, with its host-memory cache on (as it ships) and `worker_args`."""
+    return BenchConfig(model=find_model(args.model), servers=(WORKER,), prompt_lengths=(), concurrencies=(),
+                       requests_per_client=1, level_timeout_s=0, max_tokens=max_tokens, parallel=args.parallel,
+                       ctx_size=args.ctx_size, threads=args.threads, temperature=0.0, seed=0, llama_server_bin=None,
+                       out_dir=args.out, publish=False, cache_ram=True, worker_args=worker_args)
+

@@ -81,3 +81,12 @@ def publish(report: str, chart: Path | None, name: str, caption: str) -> None:
         shutil.copyfile(chart, BENCH_DIR / chart.name)
         report += f"\n![{caption}]({chart.name})\n"
     (BENCH_DIR / name).write_text(report)
+
+
+def write_report(text: str, out_dir: Path, name: str, published: str | None = None) -> None:
+    """Print a report, keep it as OUT/NAME, and as bench/PUBLISHED too where given (--publish)."""
+    print(text)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / name).write_text(text)
+    if published is not None:
+        publish(text, None, published, "")

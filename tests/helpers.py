@@ -103,5 +103,4 @@ EXPECTED_CMAKE_ARGS = {
     "metal": ["-DGGML_METAL=ON", "-DGGML_METAL_EMBED_LIBRARY=ON"],
     "vulkan": ["-DGGML_NATIVE=OFF", "-DGGML_VULKAN=ON"],
     "rpc": ["-DGGML_RPC=ON"],
-    "no-llamafile": ["-DGGML_LLAMAFILE=OFF"],
 }

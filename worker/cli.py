@@ -161,6 +161,22 @@ def cli() -> None:
          help="Host memory (MiB) for slots' cells that a new prompt pushes out, loaded back into a slot when a "
               "later prompt continues them (more conversations than slots), as llama-server's --cache-ram does; "
               "exact mode keeps only the cells it may reuse. 0: none.")
+@_option("--kv-dir", env="KV_DIR", section=CACHE, type=click.Path(file_okay=False, path_type=Path), default=None,
+         metavar="DIR",
+         help="Keep the reusable KV cells of slots and host memory in DIR, written every --kv-dir-interval seconds "
+              "and on drain; a worker started later with the same model and DIR loads them into host memory "
+              "before it reports ready, so returning conversations start warm. Files another model, llama.cpp "
+              "build or cache setting wrote are skipped with a warning.")
+@_option("--kv-dir-size", env="KV_DIR_SIZE", section=CACHE, type=click.IntRange(min=1), default=None,
+         metavar="MIB", help="Bound on --kv-dir's files (MiB), the oldest removed first.  [default: --cache-ram's "
+                             "value: a worker loads no more than its host memory holds]")
+@_option("--kv-dir-interval", env="KV_DIR_INTERVAL", section=CACHE, type=click.FloatRange(min=0), default=60.0,
+         show_default=True, metavar="SECONDS",
+         help="Seconds between --kv-dir writes (each writes only what no file holds yet); 0: on drain only.")
+@_option("--slot-save-path", env="SLOT_SAVE_PATH", section=CACHE,
+         type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
+         help="Folder for POST /slots/{id}?action=save|restore files, as llama-server's flag; without it "
+              "those routes answer 501.")
 @_option("--cache-type-k", env="CACHE_TYPE_K", section=CACHE, type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]),
          default=None,
          help="KV cache type for K.  [default: q8_0 in exact and off modes on the cpu backend (a K type other than "

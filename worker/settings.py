@@ -38,6 +38,8 @@ class Settings:
     heartbeat_url: str | None = None
     heartbeat_interval: float = 10.0
     drain_timeout: float = 30.0  # on SIGTERM, how long running requests may take to finish
+    kv_dir_interval: float = 60.0  # seconds between --kv-dir writes; 0: on drain only
+    slot_save_path: Path | None = None  # where POST /slots/{id}?action=save|restore files live; None: 501
     request_timeout: float | None = None  # per request, from arrival
     api_keys: tuple[str, ...] = ()  # bearer tokens any route but /health needs; empty: open
     log_format: str = "console"
@@ -68,6 +70,7 @@ def settings_from_flags(flags: dict) -> Settings:
                           "--spec-type draft, and that needs one")
     if flags["threads"] is not None:
         engine_fields["threads"] = flags["threads"]
+    engine_fields.update(kv_dir_fields(flags))
     engine = EngineConfig(backend=backend, **engine_fields)
     # flags that would break exact mode's promise stop here, before any model loads
     engine.attention(batch_invariant=expects_batch_invariant(engine))
@@ -84,6 +87,8 @@ def settings_from_flags(flags: dict) -> Settings:
         heartbeat_url=flags["heartbeat_url"],
         heartbeat_interval=flags["heartbeat_interval"],
         drain_timeout=flags["drain_timeout"],
+        kv_dir_interval=flags["kv_dir_interval"],
+        slot_save_path=flags["slot_save_path"],
         request_timeout=flags["request_timeout"],
         api_keys=tuple(key for key in (flags["api_key"], os.environ.get(ORCH_TOKEN_ENV)) if key),
         log_format=flags["log_format"] or default_format(),
@@ -94,3 +99,21 @@ def settings_from_flags(flags: dict) -> Settings:
         lora=flags["lora"],
         lora_init_without_apply=flags["lora_init_without_apply"],
     )
+
+
+def kv_dir_fields(flags: dict) -> dict:
+    """--kv-dir's engine fields: the folder and its bound (by default --cache-ram's, since a worker loads no more at
+    start than its host memory holds)."""
+    kv_dir = flags["kv_dir"]
+    if kv_dir is None:
+        return {}
+    if flags["prefix_cache"] == "off":
+        raise WorkerError("--kv-dir keeps cells for the prefix cache, which --prefix-cache off turns off: drop one")
+    if flags["rpc_servers"]:
+        raise WorkerError("--kv-dir with --rpc: the rpc servers compute cells with their own llama.cpp builds, which "
+                          "this worker cannot fingerprint, so a restart could load cells another build made; drop one")
+    if flags["cache_ram"] == 0:
+        raise WorkerError("--kv-dir loads its cells into host memory at start, and --cache-ram 0 leaves none: give "
+                          "--cache-ram some MiB (8192 by default)")
+    size = flags["kv_dir_size"]
+    return {"kv_dir": kv_dir, "kv_dir_mib": flags["cache_ram"] if size is None else size}

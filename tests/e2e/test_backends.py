@@ -41,7 +41,7 @@ def test_backends_describes_this_cpu_build():
     assert "\n  cpu:CPU  cpu  " in out  # the CPU device, with its description and memory
     assert "cpu features: " in out and "OPENMP = 1" in out
     assert ("other builds: llm-worker build-backend PRESET... "
-            "(cpu, cpu-native, openblas, cuda, metal, vulkan, rpc, no-llamafile)") in out
+            "(cpu, cpu-native, openblas, cuda, metal, vulkan, rpc)") in out
 
 
 def test_backends_json():

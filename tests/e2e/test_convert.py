@@ -13,7 +13,7 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, i
 def _greedy(url: str) -> list[str]:
     """64 greedy tokens for each prompt on both routes, one request at a time: what conversion must keep is the
     weights, whatever runs beside a request (that F16 rows ignore their batch, on the batch-invariant build exact
-    mode loads for them, is tests/e2e/test_no_llamafile.py's)."""
+    mode loads for them, is tests/e2e/test_f16_weights.py's)."""
     body = {"max_tokens": 64, "temperature": 0}
     calls = [(url + "/v1/completions", {**body, "prompt": p}) for p in PROMPTS]
     calls += [(url + "/v1/chat/completions", {**body, "messages": [{"role": "user", "content": p}]}) for p in PROMPTS]

@@ -94,7 +94,8 @@ async def test_ready_callback_once_after_health_with_body_and_token(managed, mod
     assert health_then == 200
     assert headers["Authorization"] == f"Bearer {TOKEN}"
     assert body == {"worker_id": "w-1", "url": worker.url, "uri": worker.url, "model_ref": "ref/q4",
-                    "backend": "cpu", "device": 0, "vram_bytes": 0, "memory_bytes": body["memory_bytes"]}
+                    "backend": "cpu", "device": 0, "vram_bytes": 0, "memory_bytes": body["memory_bytes"],
+                    "cache_ram_limit_bytes": 8192 << 20, "cache_ram_bytes": 0}  # --cache-ram's default, nothing held
     # The weights llama.cpp holds: the GGUF file less its header and vocabulary, a few percent.
     file_bytes = model_path.stat().st_size
     assert 0.9 * file_bytes < body["memory_bytes"] < file_bytes

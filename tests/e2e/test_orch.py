@@ -67,7 +67,10 @@ async def test_execute_text_equals_the_completion_route(http, base_url):
 
 
 async def test_execute_eos(http, base_url):
-    prompt = "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n"
+    # the model's own system prompt: without it, the greedy answer to this question ran past 200 tokens on the
+    # batch-invariant build
+    prompt = ("<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+              "<|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n")
     events = await execute(http, base_url, {"job_id": "eos", "prompt": prompt, "max_tokens": 200, "temperature": 0})
     assert events[-2]["stop_reason"] == "EOS" and events[-2]["tokens_out"] < 200
 

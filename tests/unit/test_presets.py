@@ -26,7 +26,7 @@ def test_the_package_ships_the_same_presets_file():
     (["cuda", "rpc"], ["-DGGML_NATIVE=OFF", "-DGGML_CUDA=ON", "-DGGML_RPC=ON"]),
     (["cpu-native", "rpc"], ["-DGGML_NATIVE=ON", "-DGGML_RPC=ON"]),
     (["cpu", "cpu-native"], ["-DGGML_NATIVE=ON"]),  # a later preset wins
-    (["cpu-native", "no-llamafile"], ["-DGGML_NATIVE=ON", "-DGGML_LLAMAFILE=OFF"]),
+    (["openblas", "rpc"], ["-DGGML_NATIVE=OFF", "-DGGML_BLAS=ON", "-DGGML_BLAS_VENDOR=OpenBLAS", "-DGGML_RPC=ON"]),
 ])
 def test_presets_combine_left_to_right(names, expected):
     assert variant(names).cmake_args() == expected

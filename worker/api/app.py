@@ -49,6 +49,7 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(llama_server.routes)
     app.add_routes(llama_server.lora_routes)
     app.add_routes(llama_server.rerank_routes)
+    app.add_routes(llama_server.slot_routes)
     app.add_routes(openai.embedding_routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))
     app.router.add_get("/openapi.json", openapi_json)

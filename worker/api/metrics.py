@@ -39,6 +39,21 @@ class _EngineGauges(Collector):
         yield GaugeMetricFamily("llm_worker_cache_ram_bytes",
                                 "Host memory holding KV cells pushed out of slots by other prompts (--cache-ram).",
                                 stats.cache_ram_bytes)
+        yield GaugeMetricFamily("llm_worker_cache_ram_limit_bytes", "The bound on that host memory (--cache-ram).",
+                                stats.cache_ram_limit_bytes)
+        if (disk := stats.disk) is not None:
+            yield GaugeMetricFamily("llm_worker_kv_dir_restored_entries",
+                                    "Entries of KV cells read from --kv-dir into host memory at start.",
+                                    disk.restored_entries)
+            yield GaugeMetricFamily("llm_worker_kv_dir_restored_tokens", "Cells of those entries.",
+                                    disk.restored_tokens)
+            yield GaugeMetricFamily("llm_worker_kv_dir_skipped_entries", "Files in --kv-dir skipped at start "
+                                    "(truncated, corrupt, or of another model, build or cache setting).",
+                                    disk.skipped_entries)
+            yield CounterMetricFamily("llm_worker_kv_dir_written_entries", "Entries written to --kv-dir.",
+                                      disk.written_entries)
+            yield GaugeMetricFamily("llm_worker_kv_dir_bytes", "Bytes of the files in --kv-dir (--kv-dir-size bounds "
+                                    "them).", disk.bytes_held)
         yield CounterMetricFamily("llm_worker_engine_steps", "Engine steps (one llama_decode for the decode rows, "
                                   "one per prefill chunk).", stats.steps)
         yield CounterMetricFamily("llm_worker_engine_step_seconds", "Engine thread time in steps, idle excluded.",

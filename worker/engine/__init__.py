@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from worker.lazy import exports
 
 if TYPE_CHECKING:  # the same names, as type checkers see them (through __getattr__ they would be Any)
+    from worker.engine.cache.cell_file import UnusableFile as UnusableFile
     from worker.engine.config import EngineConfig as EngineConfig
     from worker.engine.core.scheduler import SchedulerStats as SchedulerStats
     from worker.engine.engine import Engine as Engine
@@ -40,5 +41,5 @@ __getattr__ = exports(__name__, {
     "ChatTemplateError": "errors", "ContextLengthExceeded": "errors", "EmbeddingFailed": "errors",
     "EmptyPrompt": "errors", "NoChatTemplate": "errors", "QueueFull": "errors", "UnfitInputs": "errors",
     "CacheMode": "modes", "EngineConfig": "config", "RequestHandle": "handle", "SchedulerStats": "core.scheduler",
-    "Engine": "engine",
+    "Engine": "engine", "UnusableFile": "cache.cell_file",
 })

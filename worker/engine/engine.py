@@ -4,13 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from dataclasses import dataclass
-from functools import partial
+import time
+from dataclasses import dataclass, replace
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 import structlog
 
+from worker.engine.cache import cell_file
+from worker.engine.cache.disk_cache import DiskCache
+from worker.engine.cache.fingerprint import Fingerprint, engine_fingerprint
+from worker.engine.cache.host_cache import MIB
 from worker.engine.config import Lora
 from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.core.loop import EngineLoop
@@ -68,6 +73,15 @@ class Exactness:
         return dict(self.__dict__)
 
 
+@dataclass(frozen=True)
+class SlotFile:
+    """A slot's cells written to a file or read from one (POST /slots/{id}?action=save|restore)."""
+
+    tokens: int
+    bytes: int
+    ms: float
+
+
 class Engine:
     def __init__(self, model: LlamaModel, loop: asyncio.AbstractEventLoop, chat_template: str | None = None,
                  template_kwargs: dict[str, Any] | None = None) -> None:
@@ -82,6 +96,7 @@ class Engine:
         self.numerics = Numerics(None, None)  # measured at warm-up in exact mode
         self._warm_up_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="llm-engine", daemon=True)
+        self._disk: DiskCache | None = None  # --kv-dir
 
     @classmethod
     def load(cls, path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop,
@@ -107,13 +122,19 @@ class Engine:
             raise engine._warm_up_error
         if progress is not None:
             progress("warmup", 1, 1)
+        if config.kv_dir is not None:
+            engine._open_kv_dir(config.kv_dir, config.kv_dir_mib * MIB)
+        stats = engine.stats()
+        restored = {"kv_restored_entries": stats.disk.restored_entries,
+                    "kv_restored_tokens": stats.disk.restored_tokens} if stats.disk else {}
         log.info("model_loaded", path=str(path), n_ctx=model.n_ctx, n_ctx_seq=model.n_ctx_seq,
                  slots=config.parallel, size_bytes=model.size_bytes, backend=config.backend,
                  chat_template="models.toml" if chat_template else "gguf",
                  **engine.exactness.as_dict(),
                  embeddings_pooling=model.pooling,
                  embeddings_max_tokens=model.embedding.n_batch if model.embedding else 0,
-                 rerank=engine.reranker.route if engine.reranker else None, lora=[lora.name for lora in config.lora])
+                 rerank=engine.reranker.route if engine.reranker else None, lora=[lora.name for lora in config.lora],
+                 cache_ram_limit_bytes=stats.cache_ram_limit_bytes, **restored)
         # Said on every backend, as a warning where less than the full promise holds in exact or off mode.
         promise = engine.guarantee
         quiet = promise.full or config.prefix_cache is CacheMode.FAST
@@ -161,6 +182,60 @@ class Engine:
         finally:
             self._warm.set()
         self._steps.run()
+
+    def _open_kv_dir(self, folder: Path, limit_bytes: int) -> None:
+        """Put the cells a worker of this fingerprint left in `folder` into host memory, before serving."""
+        host = self._steps.cache.host
+        if host is None:  # settings refuse --kv-dir without --cache-ram: nothing could hold the cells
+            raise ValueError("--kv-dir needs host memory for cells (--cache-ram)")
+        self._disk = DiskCache(folder, limit_bytes, self.fingerprint)
+        for saved in self._disk.load(host.limit_bytes):
+            host.add(saved)
+
+    @cached_property
+    def fingerprint(self) -> Fingerprint:
+        """What this worker's cells' numerics depend on: saved cells load only under the same (cache/fingerprint.py)."""
+        return engine_fingerprint(self.model)
+
+    async def persist(self) -> None:
+        """Write what the free slots and host memory hold that this mode reuses to --kv-dir (cache/disk_cache.py);
+        nothing without --kv-dir."""
+        disk = self._disk
+        if disk is None:
+            return
+        new, still_held = await asyncio.wrap_future(self._steps.free_slots_cells(disk.known))
+        host = self._steps.cache.host.entries if self._steps.cache.host else []
+        await asyncio.to_thread(disk.write, [*host, *new], still_held)
+
+    async def save_slot(self, slot: int, path: Path) -> SlotFile:
+        """Write a slot's reusable cells to `path`, once the slot is free (waiting for its request to leave)."""
+        started = time.perf_counter()
+        saved = await asyncio.wrap_future(self._steps.on_slot(slot, lambda cells: cells.snapshot(slot)))
+        if saved is None:
+            raise MemoryError(f"no host memory for slot {slot}'s cells")
+        written = await asyncio.to_thread(cell_file.write, path, await self._fingerprinted(), saved)
+        return SlotFile(len(saved.tokens), written, (time.perf_counter() - started) * 1e3)
+
+    async def restore_slot(self, slot: int, path: Path) -> SlotFile:
+        """Load the cells a file holds into a slot, once it is free; raises cell_file.UnusableFile (or OSError) for
+        a file that must not load, naming why."""
+        started = time.perf_counter()
+        saved = await asyncio.to_thread(cell_file.read, path, await self._fingerprinted())
+        if not await asyncio.wrap_future(self._steps.on_slot(slot, lambda cells: cells.load(slot, saved))):
+            raise cell_file.UnusableFile("llama.cpp refused its cells")
+        read = (await asyncio.to_thread(path.stat)).st_size
+        return SlotFile(len(saved.tokens), read, (time.perf_counter() - started) * 1e3)
+
+    async def erase_slot(self, slot: int) -> int:
+        """Empty a slot once it is free: the cells it held."""
+        return await asyncio.wrap_future(self._steps.on_slot(slot, lambda cells: cells.erase(slot)))
+
+    def busy_slots(self) -> set[int]:
+        return self._steps.busy_slots()
+
+    async def _fingerprinted(self) -> Fingerprint:
+        """The fingerprint, worked out off the event loop the first time (it hashes the model file)."""
+        return await asyncio.to_thread(lambda: self.fingerprint)
 
     @property
     def exactness(self) -> Exactness:
@@ -265,7 +340,8 @@ class Engine:
         return handles
 
     def stats(self) -> SchedulerStats:
-        return self._steps.stats()
+        stats = self._steps.stats()
+        return replace(stats, disk=self._disk.stats) if self._disk is not None else stats
 
     @property
     def pooling(self) -> str | None:

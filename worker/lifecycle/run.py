@@ -14,13 +14,14 @@ from aiohttp import web
 from worker.api import Phase, WorkerState, build_app
 from worker.api.adapters import Adapters
 from worker.api.generation_fields import sampling_defaults
-from worker.api.orch.route import vram_bytes
+from worker.api.orch.route import cache_ram, vram_bytes
 from worker.api.progress import LoadingProgress
 from worker.engine import SamplingParams
 from worker.engine.config import Lora
 from worker.engine.exactness.build_choice import choose_library, load_library
 from worker.errors import WorkerError
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
+from worker.lifecycle.kv_dir import persist, persist_every
 from worker.settings import LoraRef, Settings
 from worker.source import ResolvedModel, load_registry
 from worker.source.convert import Conversion, ProgressReport
@@ -120,6 +121,7 @@ class WorkerLife:
             tasks = self._announce(engine)
             await self.stop.wait()
             await self._drain(engine)
+            await persist(engine)  # what the replacement starts with (--kv-dir)
         finally:
             for task in tasks:
                 task.cancel()
@@ -161,6 +163,8 @@ class WorkerLife:
         if settings.heartbeat_url:
             tasks.append(asyncio.ensure_future(
                 heartbeat_loop(settings.heartbeat_url, settings.heartbeat_interval, self._heartbeat_body)))
+        if settings.engine.kv_dir is not None and settings.kv_dir_interval > 0:
+            tasks.append(asyncio.ensure_future(persist_every(engine, settings.kv_dir_interval)))
         return tasks
 
     def _ready_body(self, engine: Engine) -> dict:
@@ -171,6 +175,7 @@ class WorkerLife:
             "backend": settings.engine.backend, "device": settings.engine.device,
             "vram_bytes": vram_bytes(self.worker),
             "memory_bytes": engine.size_bytes,
+            **cache_ram(self.worker),
         }
 
     def _heartbeat_body(self) -> dict:

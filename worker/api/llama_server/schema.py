@@ -1,4 +1,4 @@
-"""llama-server's text utility routes in /openapi.json: /tokenize, /detokenize, /apply-template."""
+"""llama-server's routes in /openapi.json: /tokenize, /detokenize, /apply-template, and the slot routes."""
 
 from __future__ import annotations
 
@@ -30,6 +30,10 @@ SCHEMAS: dict[str, Any] = {
                    "properties": {"text": TEXT}}]}},
         "top_n": {"type": ["integer", "null"], "minimum": 1, "description": "above the documents' count: all"},
         "return_documents": {"type": ["boolean", "null"], "default": False}}},
+    "SlotFileRequest": {"type": "object", "properties": {"filename": {
+        "type": "string", "minLength": 1, "maxLength": 255,
+        "pattern": "^[^./\\\\:\\x00-\\x1f\\x7f][^/\\\\:\\x00-\\x1f\\x7f]*$",
+        "description": "a plain file name inside --slot-save-path (save and restore need one)"}}},
 }
 
 
@@ -83,3 +87,34 @@ PATHS: dict[str, dict] = {
                                                    "properties": {"success": {"const": True}}})}, "OpenAIError"),
     },
 }
+
+
+_TIMINGS = {"type": "object", "properties": {"save_ms": {"type": "number"}, "restore_ms": {"type": "number"}}}
+_SLOT_ANSWER = {"oneOf": [
+    {"type": "object", "required": ["id_slot", "filename", "n_saved", "n_written", "timings"],
+     "properties": {"id_slot": COUNT, "filename": TEXT, "n_saved": COUNT, "n_written": COUNT, "timings": _TIMINGS}},
+    {"type": "object", "required": ["id_slot", "filename", "n_restored", "n_read", "timings"],
+     "properties": {"id_slot": COUNT, "filename": TEXT, "n_restored": COUNT, "n_read": COUNT, "timings": _TIMINGS}},
+    {"type": "object", "required": ["id_slot", "n_erased"], "properties": {"id_slot": COUNT, "n_erased": COUNT}},
+]}
+_SLOTS = {"type": "array", "items": {"type": "object", "required": ["id", "n_ctx", "speculative", "is_processing"],
+                                     "properties": {"id": COUNT, "n_ctx": COUNT, "speculative": {"type": "boolean"},
+                                                    "is_processing": {"type": "boolean"}}}}
+_SLOT_ACTION = {"post": {
+    "summary": "Save a slot's reusable cells to a file, restore them from one, or empty the slot (llama-server's)",
+    "parameters": [
+        {"name": "id_slot", "in": "path", "required": True, "schema": {"type": "integer", "minimum": 0}},
+        {"name": "action", "in": "query", "required": True, "schema": {"enum": ["save", "restore", "erase"]}}],
+    "requestBody": {"required": False, **json_body(ref("SlotFileRequest"))},
+    "responses": {"200": {"description": "n_saved / n_restored / n_erased", **json_body(_SLOT_ANSWER)},
+                  "400": {"description": "every problem, listed (a slot past --parallel, a file that cannot load)",
+                          **json_body(ref("OpenAIError"))},
+                  "401": {"description": "missing or invalid API key"},
+                  "404": {"description": "started without --slot-save-path: slots_disabled (llama-server: 501)",
+                          **json_body(ref("OpenAIError"))},
+                  "413": {"description": "body over the size limit"},
+                  "503": {"description": "loading or draining (Retry-After)"}},
+}}
+PATHS["/slots"] = get("Each slot: its context and whether a request holds it (llama-server's)",
+                      {"description": "the slots", **json_body(_SLOTS)})
+PATHS["/slots/{id_slot}"] = _SLOT_ACTION

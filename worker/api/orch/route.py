@@ -28,12 +28,20 @@ def vram_bytes(worker: WorkerState) -> int:
     return worker.engine.device_bytes if worker.engine is not None else 0
 
 
+def cache_ram(worker: WorkerState) -> dict[str, int]:
+    """Host memory for KV cells pushed out of slots: its bound (--cache-ram) and what it holds now, as /health and
+    the ready callback report them (several workers share a machine's memory under a pool manager)."""
+    stats = worker.engine.stats() if worker.engine is not None else None
+    return {"cache_ram_limit_bytes": stats.cache_ram_limit_bytes if stats else 0,
+            "cache_ram_bytes": stats.cache_ram_bytes if stats else 0}
+
+
 @routes.get("/health")
 @routes.get("/v1/health")
 async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     if worker.phase is Phase.READY:
-        return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker),
+        return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker), **cache_ram(worker),
                                   "exactness": worker.require_engine().exactness.as_dict()})
     return web.json_response({"status": worker.phase.value}, status=503)
 

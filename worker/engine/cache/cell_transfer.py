@@ -1,13 +1,21 @@
-"""KV cells moved between slots and host memory: a slot's cells saved before another prompt drops them, loaded back
-when a prompt continues them, and one slot's stream copied into another.
+"""KV cells moved between slots, host memory and files: a slot's cells saved before another prompt drops them,
+loaded back when a prompt continues them, one slot's stream copied into another, and a free slot's cells taken for
+a file (--kv-dir, POST /slots/{id}?action=save) or put back from one.
 
 llama.cpp carries out a stream copy only at the next llama_decode, so until then the two slots' bytes are not what
-their cells will hold: such slots are neither saved to host memory nor loaded into (`decoded` ends that state).
+their cells will hold: such slots are neither saved nor loaded into (`decoded` ends that state).
+
+Loaded cells sit at cell index = position, which the tiled flash-attention kernel needs (its sums follow where
+64-cell tiles fall) and the per-row one too (it sums cells in index order): llama_state_seq_set_data empties the
+slot first (seq_rm of all its cells moves the stream's search head to the first freed one), and a slot's stream
+holds only its own sequence's cells, laid from index 0 in position order, so the loaded cells are placed from index
+0 on, in the order they were saved.
 """
 
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 
 import llama_cpp
 import structlog
@@ -34,31 +42,91 @@ class CellTransfer:
         """A llama_decode ran: the copies asked for before it are done."""
         self._copying.clear()
 
+    def copying(self, slot: int) -> bool:
+        return slot in self._copying
+
     def save_dropped(self, slot: int, kept: int) -> None:
         """Save the cells a request taking `slot` drops (all past its first `kept`) to host memory, if worth it."""
         host, record = self.cache.host, self.cache.worth_saving(slot, kept)
         if host is None or record is None or slot in self._copying:  # (no host cache: nothing is worth saving)
             return
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
-        size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
-        try:
-            data = (ctypes.c_uint8 * size)()
-        except MemoryError:  # the machine has less to spare than --cache-ram says: hold less from now on
-            host.shrink()
-            log.warning("cache_ram_reduced", limit_mib=host.limit_bytes // MIB, bytes_not_saved=size)
-            return
-        if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
+        data = self._stream(slot)
+        if data is not None:
             host.add(SavedCells(record.tokens, record.exact, data, record.adapters))
-            log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=size)
+            log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=len(data))
+
+    def snapshot(self, slot: int) -> SavedCells | None:
+        """A free slot's reusable cells, to write to a file; None where its stream is in a copy or memory ran out.
+
+        The stream's bytes are taken whole, the slot left as it is: cells past the reusable ones (an answer exact
+        mode does not trust, which settling may still make reusable) ride along and are dropped when loaded."""
+        if slot in self._copying:
+            return None
+        record = self.cache.reusable_record(slot)
+        data = self._stream(slot)
+        return None if data is None else SavedCells(record.tokens, record.exact, data, record.adapters)
+
+    def snapshots(self, slots: list[int], known: Callable[[list[int], int], bool]) -> tuple[list[SavedCells],
+                                                                                             list[list[int]]]:
+        """The free slots' cells worth keeping on disk (as worth keeping in host memory: prefix_cache.worth_saving):
+        those no file holds yet, and the tokens of those a file holds (`known`)."""
+        new, held = [], []
+        for slot in slots:
+            record = self.cache.worth_saving(slot, 0)
+            if record is None:
+                continue
+            if known(record.tokens, record.exact):
+                held.append(record.tokens)
+            elif (saved := self.snapshot(slot)) is not None:
+                new.append(saved)
+        return new, held
+
+    def load(self, slot: int, saved: SavedCells) -> bool:
+        """Put saved cells into a free slot, which then holds them for the prefix cache as if a request had left
+        them there; False if llama.cpp refused them (the slot is then empty)."""
+        if slot in self._copying:
+            return False
+        if not self._set(slot, saved):
+            self.cache.forget(slot)
+            return False
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(saved.tokens), -1)  # cells past the reusable ones
+        self.cache.release(slot, saved.tokens, saved.exact, saved.adapters)
+        return True
+
+    def erase(self, slot: int) -> int:
+        """Empty a free slot; the cells it held."""
+        held = self.cache.tokens_held(slot)
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+        self.cache.forget(slot)
+        return held
 
     def restore(self, slot: int, saved: SavedCells, reuse: int) -> int:
         """Load saved cells into `slot`: the cells the slot then reuses, `reuse` (0 where it cannot). llama.cpp
         empties the slot before loading, and again if the load fails."""
-        if slot not in self._copying and \
-                llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size:
-            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
+        if slot not in self._copying and self._set(slot, saved):
             return reuse
         host = self.cache.host
         assert host is not None  # saved cells come from the host cache
         host.add(saved)  # still whole in host memory: another prompt may find it
         return 0
+
+    def _set(self, slot: int, saved: SavedCells) -> bool:
+        loaded = llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size
+        if loaded:
+            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
+        return loaded
+
+    def _stream(self, slot: int) -> ctypes.Array | None:
+        """The slot's KV stream as llama_state_seq_get_data writes it; None where host memory ran short."""
+        size = llama_cpp.llama_state_seq_get_size(self.model.ctx, slot)
+        try:
+            data = (ctypes.c_uint8 * size)()
+        except MemoryError:  # the machine has less to spare than --cache-ram says: hold less from now on
+            if self.cache.host is not None:
+                self.cache.host.shrink()
+                log.warning("cache_ram_reduced", limit_mib=self.cache.host.limit_bytes // MIB, bytes_not_saved=size)
+            return None
+        if size and llama_cpp.llama_state_seq_get_data(self.model.ctx, data, size, slot) == size:
+            return data
+        return None

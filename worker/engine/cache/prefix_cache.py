@@ -169,18 +169,24 @@ class PrefixCache:
     def worth_saving(self, slot: int, kept: int) -> SlotRecord | None:
         """What of a slot's cells to save to host memory before a request keeping only its first `kept` takes
         it: the cells this mode may reuse, if that is COPY_MIN_GAIN more than kept and not saved already."""
-        held_cells = self.cells_held(slot)
-        if self.host is None or held_cells - kept < COPY_MIN_GAIN:
+        reusable = self.reusable_record(slot)
+        if self.host is None or len(reusable.tokens) - kept < COPY_MIN_GAIN or self.host.holds(reusable.tokens,
+                                                                                               reusable.adapters):
             return None
-        record = self._records[slot]
-        tokens = record.tokens[:held_cells]
-        if self.host.holds(tokens, record.adapters):
-            return None
-        return SlotRecord(tokens, min(record.exact, held_cells), adapters=record.adapters)
+        return reusable
+
+    def reusable_record(self, slot: int) -> SlotRecord:
+        """What of the slot's cells this mode may reuse: its leading cells_held(slot) tokens."""
+        record, held_cells = self._records[slot], self.cells_held(slot)
+        return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells), adapters=record.adapters)
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]
         return len(record.tokens) if self.every_cell else record.exact
+
+    def tokens_held(self, slot: int) -> int:
+        """Cells the slot's stream holds, reusable or not."""
+        return len(self._records[slot].tokens)
 
     def unsettled(self, free_slots: list[int]) -> Settle | None:
         """Exact mode: the next block of a free slot's decode-made cells to prefill again, newest slot first.

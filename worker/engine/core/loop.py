@@ -1,8 +1,8 @@
 """The engine thread: queue in, one step at a time, events out.
 
-Each step drops cancelled and timed-out requests, admits waiting ones into free
-slots (the scheduler picks the slot and the cached prefix), lets the runner
-carry out the scheduler's plan, and hands all the step's events to the event
+Each step drops cancelled and timed-out requests, runs the cell tasks whose slots are free (files of cells in or
+out: --kv-dir, the /slots routes), admits waiting requests into free slots (the scheduler picks the slot and the
+cached prefix), lets the runner carry out the scheduler's plan, and hands all the step's events to the event
 loop in one call. Idle, it sleeps on a condition and burns no CPU.
 """
 
@@ -12,8 +12,12 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
-from worker.engine.cache.host_cache import HostCache
+from worker.engine.cache.cell_transfer import CellTransfer
+from worker.engine.cache.host_cache import HostCache, SavedCells
 from worker.engine.cache.prefix_cache import PrefixCache
 from worker.engine.core.runner import Events, ModelRunner
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
@@ -28,10 +32,21 @@ from worker.engine.speculative.draft_model import DraftModel
 from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]
+T = TypeVar("T")
 
 # Free slots are settled (see PrefixCache.unsettled) only once the engine has been idle this long: a person
 # reading an answer leaves seconds, while a client that sends its next request at once would only wait.
 SETTLE_AFTER_IDLE_S = 0.25
+
+
+@dataclass(eq=False)
+class CellTask:
+    """Work on slots' cells, on the engine thread between steps: at once, or for `slot` once no request holds it
+    and no stream copy involves it (as llama-server defers a slot action until its slot is idle)."""
+
+    run: Callable[[], Any]
+    slot: int | None = None
+    done: Future = field(default_factory=Future)
 
 
 class EngineLoop:
@@ -58,6 +73,7 @@ class EngineLoop:
         contexts = {EMBEDDINGS: model.embedding, RANK: model.ranking}
         self._pooled = {kind: (Embedder(pooled), deque[EmbeddingJob]()) for kind, pooled in contexts.items()
                         if pooled is not None}
+        self._tasks: list[CellTask] = []
         # (steps, seconds in them, of those inside llama_decode), replaced whole at each step's end: a reader on
         # another thread sees completed steps only, never a step's llama_decode time without the step's own.
         self._totals = (0, 0.0, 0.0)
@@ -78,6 +94,28 @@ class EngineLoop:
                 raise QueueFull(f"{len(queue)} {what} are already waiting")
             queue.append(item)
             self._cond.notify()
+
+    def on_slot(self, slot: int, action: Callable[[CellTransfer], T]) -> Future[T]:
+        """Run `action` on the engine thread once `slot` is free: its result, or its exception, in the future."""
+        return self._call(CellTask(lambda: action(self._runner.cells), slot))
+
+    def free_slots_cells(self, known: Callable[[list[int], int], bool]) -> Future[tuple[list[SavedCells],
+                                                                                         list[list[int]]]]:
+        """On the engine thread, between steps: the free slots' cells worth a file (CellTransfer.snapshots)."""
+        return self._call(CellTask(lambda: self._runner.cells.snapshots(list(self._free_slots), known)))
+
+    def busy_slots(self) -> set[int]:
+        with self._cond:
+            return set(range(self.config.parallel)) - set(self._free_slots)
+
+    def _call(self, task: CellTask) -> Future:
+        with self._cond:
+            if self._stopping:
+                task.done.set_exception(RuntimeError("the worker is shutting down"))
+            else:
+                self._tasks.append(task)
+                self._cond.notify()
+        return task.done
 
     def cancel(self, sequence: Sequence) -> None:
         with self._cond:
@@ -104,6 +142,7 @@ class EngineLoop:
             kv_cells_used=sum(seq.n_past for seq in running),
             kv_cells_cached=sum(self.cache.cells_held(slot) for slot in list(self._free_slots)),
             cache_ram_bytes=self.cache.host.bytes_held if self.cache.host else 0,
+            cache_ram_limit_bytes=self.cache.host.limit_bytes if self.cache.host else 0,
             kv_cells_total=self.model.n_ctx,
             steps=totals[0],
             step_s=totals[1],
@@ -138,6 +177,7 @@ class EngineLoop:
                 return False
             started = time.perf_counter()
             self._drop_ended(events)
+            self._run_tasks()
             for admission in self._scheduler.admit(self._waiting, self._free_slots, self._running):
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
@@ -159,7 +199,8 @@ class EngineLoop:
 
     def _wait_for_work(self) -> bool:
         """Sleep until there is a request to serve (False) or free slots to settle after an idle spell (True)."""
-        while not (self._running or self._waiting or self._stopping or any(q for _, q in self._pooled.values())):
+        while not (self._running or self._waiting or self._stopping or any(q for _, q in self._pooled.values())
+                   or self._runnable_tasks()):
             if self.cache.unsettled(self._free_slots) is None:
                 self._cond.wait()
                 continue
@@ -168,6 +209,18 @@ class EngineLoop:
                 return True
             self._cond.wait(SETTLE_AFTER_IDLE_S - idle)
         return False
+
+    def _runnable_tasks(self) -> list[CellTask]:
+        return [task for task in self._tasks if task.slot is None or
+                (task.slot in self._free_slots and not self._runner.cells.copying(task.slot))]
+
+    def _run_tasks(self) -> None:
+        for task in self._runnable_tasks():
+            self._tasks.remove(task)
+            try:
+                task.done.set_result(task.run())
+            except Exception as exc:  # the caller's to answer; the engine goes on
+                task.done.set_exception(exc)
 
     def _drop_ended(self, events: Events) -> None:
         """Cancelled and timed-out requests leave before the step is planned."""
@@ -205,6 +258,9 @@ class EngineLoop:
                 _finish_waiting(self._waiting.popleft(), reason, message, events)
             for embedder, queue in self._pooled.values():
                 embedder.fail_all(queue, message)
+            for task in self._tasks:
+                task.done.set_exception(RuntimeError(message))
+            self._tasks.clear()
         if events:
             self._dispatch(events)
 

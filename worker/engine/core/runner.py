@@ -58,8 +58,8 @@ class ModelRunner:
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
         end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
         self._output = TokenOutput(end_of_thinking, model.is_eog, model.piece)
-        self._cells = CellTransfer(model, cache)
         self._switched = False  # the context's LoRA adapters changed since its last llama_decode
+        self.cells = CellTransfer(model, cache)  # cells between slots, host memory and files
         self.decode_s = 0.0  # cumulative time inside llama_decode
 
     def close(self) -> None:
@@ -68,14 +68,14 @@ class ModelRunner:
     def start(self, admission: Admission) -> None:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
         seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
-        self._cells.save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
+        self.cells.save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
         self.cache.claim(slot)
         if admission.source is not None:
             # llama.cpp copies another slot's stream only whole, before the next llama_decode: the source's
             # cells up to now, which its own next token does not touch.
-            self._cells.copy(admission.source, slot)
+            self.cells.copy(admission.source, slot)
         if admission.saved is not None:
-            reuse = self._cells.restore(slot, admission.saved, admission.reuse)
+            reuse = self.cells.restore(slot, admission.saved, admission.reuse)
         # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them.
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
@@ -230,7 +230,7 @@ class ModelRunner:
 
     def _fork(self, parent: Sequence, fork: Sequence) -> None:
         """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
-        self._cells.copy(parent.slot, fork.slot)
+        self.cells.copy(parent.slot, fork.slot)
         fork.n_past, fork.cached = parent.n_past, parent.cached
         fork.state = SequenceState.DECODING
 
@@ -285,7 +285,7 @@ class ModelRunner:
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self.model.ctx, batch)
         self.decode_s += time.perf_counter() - started
-        self._cells.decoded()
+        self.cells.decoded()
         return rc
 
     def retire(self, seq: Sequence, reason: FinishReason, events: Events, message: str = "") -> None:

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
+from worker.engine.cache.disk_cache import DiskStats
 from worker.engine.cache.host_cache import SavedCells
 from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
 from worker.engine.core.sequence import Sequence, SequenceState
@@ -50,6 +51,8 @@ class SchedulerStats:
     kv_cells_total: int
     kv_cells_cached: int = 0  # kept in free slots for the prefix cache; given up as slots are needed
     cache_ram_bytes: int = 0  # host memory holding cells pushed out of slots (host_cache.py)
+    cache_ram_limit_bytes: int = 0  # its bound (--cache-ram)
+    disk: DiskStats | None = None  # --kv-dir's counters (disk_cache.py); None: no --kv-dir
     # Cumulative, for "where does a step's time go": llama_decode vs everything else on the thread.
     steps: int = 0
     step_s: float = 0.0

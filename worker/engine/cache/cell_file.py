@@ -1,0 +1,122 @@
+"""One saved slot's cells as a file: what --kv-dir holds and what POST /slots/{id}?action=save writes.
+
+    magic (8 bytes) | header length (u32 LE) | header (JSON: fingerprint, tokens, exact, bytes) |
+    tokens (int32 LE each) | cells (llama_state_seq_get_data's bytes) | sha256 of everything before it
+
+Written to a temp file, fsynced, renamed into place (source/cache.py's atomic_file): a file appears whole or not
+at all. Read back only whole: a file shorter or longer than its header says, one whose checksum differs, or one
+whose fingerprint is not this worker's (fingerprint.py) raises UnusableFile with the reason, and nothing of it loads.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import struct
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from worker.engine.cache.fingerprint import Fingerprint
+from worker.engine.cache.host_cache import SavedCells
+from worker.source.cache import atomic_file
+
+MAGIC = b"LLMWKV1\n"
+LENGTH = struct.Struct("<I")
+DIGEST_BYTES = hashlib.sha256().digest_size
+TOKEN = array("i").itemsize  # 4: llama_token; the fingerprint's cpu part keeps files on machines of one byte order
+# A header is ~1 KB; more than this is not a header, whatever the length field says.
+MAX_HEADER = 1 << 20
+
+
+class UnusableFile(Exception):
+    """A cell file that must not load; its message says why in a few words."""
+
+
+class OtherFingerprint(UnusableFile):
+    """A whole cell file that another worker's numerics made (another model, build, cell type...): it may be that
+    worker's to load, so it is left where it is."""
+
+
+@dataclass(frozen=True)
+class Head:
+    """What a cell file holds, read from its header and token list (the cells themselves not yet read)."""
+
+    tokens: list[int]
+    exact: int
+    data_bytes: int
+    head_bytes: int  # magic, length, header and tokens: where the cells start
+
+    @property
+    def file_bytes(self) -> int:
+        return self.head_bytes + self.data_bytes + DIGEST_BYTES
+
+
+def write(path: Path, fingerprint: Fingerprint, saved: SavedCells) -> int:
+    """Write the cells to `path` atomically; returns the file's size."""
+    header = json.dumps({"fingerprint": fingerprint.as_dict(), "tokens": len(saved.tokens), "exact": saved.exact,
+                         "bytes": saved.size}).encode()
+    digest, written = hashlib.sha256(), 0
+    with atomic_file(path) as f:
+        for part in (MAGIC, LENGTH.pack(len(header)), header, array("i", saved.tokens).tobytes(),
+                     memoryview(saved.data)):
+            digest.update(part)
+            written += f.write(part)
+        written += f.write(digest.digest())
+    return written
+
+
+def read_head(path: Path, fingerprint: Fingerprint) -> Head:
+    """The file's header and tokens, checked as far as they go (magic, fingerprint, size); raises UnusableFile."""
+    with path.open("rb") as f:
+        return _head(f, fingerprint, path.stat().st_size)[0]
+
+
+def read(path: Path, fingerprint: Fingerprint) -> SavedCells:
+    """The whole file as cells to load, checked end to end (the checksum too); raises UnusableFile."""
+    with path.open("rb") as f:
+        head, raw = _head(f, fingerprint, path.stat().st_size)
+        data = (ctypes.c_uint8 * head.data_bytes)()
+        if f.readinto(memoryview(data).cast("B")) != head.data_bytes:
+            raise UnusableFile("truncated while read")
+        digest = hashlib.sha256(raw)
+        digest.update(memoryview(data))
+        if f.read(DIGEST_BYTES + 1) != digest.digest():
+            raise UnusableFile("checksum differs: the file is corrupt")
+    return SavedCells(head.tokens, head.exact, data)
+
+
+def _head(f: IO[bytes], fingerprint: Fingerprint, size: int) -> tuple[Head, bytes]:
+    """Parse and check the head of a file of `size` bytes open at its start; the head's raw bytes with it."""
+    start = f.read(len(MAGIC) + LENGTH.size)
+    if start[:len(MAGIC)] != MAGIC[:len(start)]:
+        raise UnusableFile("not a cell file (no llm-worker magic)")
+    if len(start) < len(MAGIC) + LENGTH.size:
+        raise UnusableFile(f"truncated: {size} bytes, shorter than a header")
+    (length,) = LENGTH.unpack_from(start, len(MAGIC))
+    if length > MAX_HEADER:
+        raise UnusableFile(f"corrupt: a header of {length} bytes")
+    raw_header = f.read(length)
+    if len(raw_header) < length:
+        raise UnusableFile(f"truncated: {size} bytes, inside its header")
+    try:
+        header = json.loads(raw_header)
+        saved_print, n_tokens, exact, data_bytes = (dict(header["fingerprint"]), int(header["tokens"]),
+                                                    int(header["exact"]), int(header["bytes"]))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnusableFile(f"corrupt header ({exc})") from None
+    if not (0 <= exact <= n_tokens and data_bytes >= 0):
+        raise UnusableFile(f"corrupt header ({n_tokens} tokens, {exact} exact, {data_bytes} bytes)")
+    if differs := fingerprint.explain(saved_print):
+        raise OtherFingerprint(f"fingerprint differs: {differs}")
+    expected = len(start) + length + TOKEN * n_tokens + data_bytes + DIGEST_BYTES
+    if size != expected:
+        raise UnusableFile(f"{'truncated' if size < expected else 'corrupt'}: {size} bytes where its header says "
+                       f"{expected}")
+    raw_tokens = f.read(TOKEN * n_tokens)
+    if len(raw_tokens) < TOKEN * n_tokens:
+        raise UnusableFile("truncated while read")
+    head = Head(array("i", raw_tokens).tolist(), exact, data_bytes, len(start) + length + len(raw_tokens))
+    return head, start + raw_header + raw_tokens
