@@ -22,7 +22,7 @@ from worker.engine.core.loop import EngineLoop
 from worker.engine.core.runner import Events
 from worker.engine.core.scheduler import SchedulerStats
 from worker.engine.core.sequence import Sequence
-from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
+from worker.engine.errors import AdapterCells, ContextLengthExceeded, EmptyPrompt
 from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.exactness.guarantee import Guarantee, guarantee
 from worker.engine.exactness.load_check import Numerics, measure
@@ -204,7 +204,13 @@ class Engine:
         if disk is None:
             return
         new, still_held = await asyncio.wrap_future(self._steps.free_slots_cells(disk.known))
-        host = self._steps.cache.host.entries if self._steps.cache.host else []
+        entries = self._steps.cache.host.entries if self._steps.cache.host else []
+        # Cells belong to the adapter set they were made under (cache/prefix_cache.py), and a file's fingerprint
+        # names none: only cells made without adapters go to disk (a loaded file's cells serve requests without
+        # adapters); those made under adapters stay in host memory only (CellTransfer.snapshots skips slots' too).
+        host = [entry for entry in entries if not entry.adapters]
+        if len(host) < len(entries):
+            log.debug("kv_dir_cells_skipped", entries=len(entries) - len(host), reason="made under LoRA adapters")
         await asyncio.to_thread(disk.write, [*host, *new], still_held)
 
     async def save_slot(self, slot: int, path: Path) -> SlotFile:
@@ -213,6 +219,8 @@ class Engine:
         saved = await asyncio.wrap_future(self._steps.on_slot(slot, lambda cells: cells.snapshot(slot)))
         if saved is None:
             raise MemoryError(f"no host memory for slot {slot}'s cells")
+        if saved.adapters:  # a file holds base-model cells only, as --kv-dir's do (persist)
+            raise AdapterCells(slot, str(saved.adapters))
         written = await asyncio.to_thread(cell_file.write, path, await self._fingerprinted(), saved)
         return SlotFile(len(saved.tokens), written, (time.perf_counter() - started) * 1e3)
 

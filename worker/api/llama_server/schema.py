@@ -107,7 +107,8 @@ _SLOT_ACTION = {"post": {
         {"name": "action", "in": "query", "required": True, "schema": {"enum": ["save", "restore", "erase"]}}],
     "requestBody": {"required": False, **json_body(ref("SlotFileRequest"))},
     "responses": {"200": {"description": "n_saved / n_restored / n_erased", **json_body(_SLOT_ANSWER)},
-                  "400": {"description": "every problem, listed (a slot past --parallel, a file that cannot load)",
+                  "400": {"description": "every problem, listed (a slot past --parallel, a file that cannot load, "
+                                         "a slot whose cells were made under LoRA adapters)",
                           **json_body(ref("OpenAIError"))},
                   "401": {"description": "missing or invalid API key"},
                   "404": {"description": "started without --slot-save-path: slots_disabled (llama-server: 501)",

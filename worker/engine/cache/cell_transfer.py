@@ -70,11 +70,15 @@ class CellTransfer:
     def snapshots(self, slots: list[int], known: Callable[[list[int], int], bool]) -> tuple[list[SavedCells],
                                                                                              list[list[int]]]:
         """The free slots' cells worth keeping on disk (as worth keeping in host memory: prefix_cache.worth_saving):
-        those no file holds yet, and the tokens of those a file holds (`known`)."""
+        those no file holds yet, and the tokens of those a file holds (`known`). Cells made under LoRA adapters
+        are left out (Engine.persist)."""
         new, held = [], []
         for slot in slots:
             record = self.cache.worth_saving(slot, 0)
             if record is None:
+                continue
+            if record.adapters:  # a file holds base-model cells only: its fingerprint names no adapter set
+                log.debug("kv_dir_cells_skipped", slot=slot, cells=len(record.tokens), adapters=str(record.adapters))
                 continue
             if known(record.tokens, record.exact):
                 held.append(record.tokens)
