@@ -16,7 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-WORKLOADS = ("throughput", "chat", "burst", "structured", "kvflags", "weights", "speculative", "restart", "hostcache")
+WORKLOADS = ("throughput", "chat", "burst", "structured", "kvflags", "weights", "speculative", "restart", "hostcache",
+             "lora", "rerank")
 
 
 def usage() -> str:

@@ -17,20 +17,25 @@ MAX_TOKENS = 8
 CAPPED = {"/v1/chat/completions", "/v1/completions", "/execute", "/v1/inference", "/v1/messages", "/v1/responses"}
 OPTIONAL = {"/v1/chat/completions", "/v1/completions", "/v1/responses"}  # no max_tokens: up to the end of the context
 LIMITS = {"/v1/responses": ("max_output_tokens",)}  # a route's own name for max_tokens
+RERANK, MAX_DOCUMENTS = {"/v1/rerank", "/rerank"}, 4
 
 
 @schemathesis.hook
 def before_call(ctx, case, **kwargs) -> None:
-    """Generations stop at MAX_TOKENS tokens: the API is under test, not the model's speed.
+    """Generations stop at MAX_TOKENS tokens, and a valid rerank scores MAX_DOCUMENTS documents at most: the API is
+    under test, not the model's speed.
 
     Valid bodies are capped; an invalid one only gets a cap where it named none, so that a body the
     worker wrongly accepts still ends soon (and is reported) while its own bad values stay as drawn.
     """
     body = case.body
+    positive = case.meta is not None and case.meta.generation.mode.is_positive
+    if positive and case.path in RERANK and isinstance(body, dict) and isinstance(body.get("documents"), list):
+        body["documents"] = body["documents"][:MAX_DOCUMENTS]  # each is a prompt to prefill: keep the case short
     if case.path not in CAPPED or not isinstance(body, dict):
         return
     names = LIMITS.get(case.path, ("max_tokens", "max_completion_tokens"))
-    if case.meta is not None and case.meta.generation.mode.is_positive:
+    if positive:
         asked = [body.get(name) for name in names]
         body[names[0]] = min([MAX_TOKENS, *(n for n in asked if isinstance(n, int))])
     elif case.path in OPTIONAL and not set(names) & body.keys():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -15,6 +16,7 @@ from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.engine.config import DRAFT_MAX, MAX_DRAFT
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
+from worker.settings import LoraRef
 
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
@@ -62,6 +64,24 @@ def _endpoints(_ctx: click.Context, _param: click.Parameter, value: str | None) 
     return endpoints
 
 
+def _lora_refs(_ctx: click.Context, _param: click.Parameter, values: tuple[str, ...]) -> tuple[LoraRef, ...]:
+    """PATH[:SCALE] each: what follows the last colon is the scale when it is a number (hf:owner/repo has none)."""
+    refs = []
+    for value in values:
+        ref, colon, tail = value.rpartition(":")
+        try:
+            scale = float(tail) if colon and ref else None
+        except ValueError:
+            scale = None
+        if scale is None:
+            refs.append(LoraRef(value))
+        elif not math.isfinite(scale):
+            raise click.BadParameter(f"{value!r}: the scale after the last colon must be a finite number")
+        else:
+            refs.append(LoraRef(ref, scale))
+    return tuple(refs)
+
+
 def _registry(models_file: Path | None) -> Registry:
     from worker.source import load_registry
 
@@ -102,6 +122,13 @@ def cli() -> None:
               "[default: a models.toml entry's mmproj]")
 @_convert_type_option("--convert-type")
 @_quantize_option("--quantize")
+@_option("--lora", "lora", env="LORA", section=MODEL, multiple=True, callback=_lora_refs, metavar="PATH[:SCALE]",
+         help="A LoRA adapter GGUF to load on the model (repeatable; ids 0, 1, ... in this order): a .gguf path, "
+              "a models.toml alias or hf:owner/repo[/file.gguf]; requests that name no adapter run under it at "
+              "SCALE (default 1); a request's lora list or model may choose others.")
+@_option("--lora-init-without-apply", env="LORA_INIT_WITHOUT_APPLY", section=MODEL, is_flag=True, default=False,
+         help="Load the --lora adapters at scale 0: requests run on the base model unless they name an adapter "
+              "(or POST /lora-adapters sets scales).")
 @_option("--model-ref", env="MODEL_REF", section=POOL_MANAGER, default=None,
          help="The pool manager's name for the model, echoed in callbacks.  [default: the served model id]")
 @_option("--backend", env="BACKEND", section=BACKEND, default="cpu", show_default=True,

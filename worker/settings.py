@@ -17,6 +17,14 @@ ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 
 
 @dataclass(frozen=True)
+class LoraRef:
+    """A --lora value: a .gguf path, models.toml alias or hf: reference (fetched as --model is), and its scale."""
+
+    ref: str
+    scale: float = 1.0
+
+
+@dataclass(frozen=True)
 class Settings:
     model: str | None  # .gguf path, Hugging Face folder, models.toml alias or hf:owner/repo; None: the default
     model_ref: str | None  # the pool manager's name for the model; default: the served model id
@@ -39,6 +47,8 @@ class Settings:
     engine: EngineConfig = field(default_factory=EngineConfig)
     convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
+    lora: tuple[LoraRef, ...] = ()  # LoRA adapters to load on the model, in id order
+    lora_init_without_apply: bool = False  # requests that name no adapter run on the base model
 
 
 def settings_from_flags(flags: dict) -> Settings:
@@ -86,6 +96,8 @@ def settings_from_flags(flags: dict) -> Settings:
         engine=engine,
         convert_type=flags["convert_type"],
         quantize=flags["quantize"],
+        lora=flags["lora"],
+        lora_init_without_apply=flags["lora_init_without_apply"],
     )
 
 

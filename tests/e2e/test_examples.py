@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.adapters import ZEBRA, Base, steering_adapter
 from tests.conftest import start_worker
 from tests.examples_helpers import CURLS, EXAMPLE_HOST, PYTHON_BLOCKS, Block
 from tests.vision_helpers import COLOURS, build_projector, png
@@ -24,11 +25,14 @@ EXAMPLE_TIMEOUT_S = 180
 
 @pytest.fixture(scope="module")
 def example_worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example and the test
-    projector for the README's image example (tests/vision_helpers.py)."""
+    """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example, the test
+    projector for the README's image example (tests/vision_helpers.py) and a LoRA adapter (one made from the
+    model's own weights: bench/adapters.py) for the adapter examples."""
     folder = tmp_path_factory.mktemp("examples")
     projector = build_projector(model_path, folder / "mmproj-colours.gguf")
-    worker = start_worker(folder, "--embeddings", "--parallel", "4", "--ctx-size", "8192", "--mmproj", str(projector))
+    adapter = steering_adapter(Base.read(model_path), ZEBRA, folder / "my-adapter.gguf")
+    worker = start_worker(folder, "--embeddings", "--parallel", "4", "--ctx-size", "8192", "--mmproj", str(projector),
+                          "--lora", str(adapter))
     yield worker
     assert worker.stop() == 0, worker.log()[-3000:]
 

@@ -4,9 +4,11 @@ only; tests/model/test_numerics.py measures what they buy."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
-from worker.engine.config import EngineConfig
+from bench.adapters import write_adapter
+from worker.engine.config import EngineConfig, Lora
 from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, LIB_PATH_ENV, choose_library, default_dir
 from worker.engine.exactness.ggml_switches import FASTEST, Kernels, choose_kernels
 from worker.engine.exactness.tensor_table import weight_product_types
@@ -50,6 +52,18 @@ def test_attention_without_flash_attention_takes_the_batch_invariant_build(model
         assert choose_library(model_path, EngineConfig(**flags)).build == "batch-invariant"
         fallback = choose_library(model_path, EngineConfig(**flags), patched=tmp_path / "absent")
         assert fallback.fallback and "attention without flash attention" in fallback.reason
+
+
+def test_adapter_tensors_are_held_by_the_batch_invariant_build(model_path, monkeypatch, tmp_path):
+    """An adapter's F16 products are llamafile's from 2 rows, as F16 weights': the patched build takes them per row
+    (patch 0004); the fallback cannot, and says so."""
+    monkeypatch.delenv(LIB_PATH_ENV, raising=False)
+    pair = np.full((8, 576), 0.01, np.float32), np.full((576, 8), 0.01, np.float32)
+    adapter = write_adapter(tmp_path / "a.gguf", "llama", {"blk.0.attn_q.weight": pair}, "a")
+    config = EngineConfig(lora=(Lora(adapter, "a"),))
+    assert choose_library(model_path, config).build == "batch-invariant"
+    fallback = choose_library(model_path, config, patched=tmp_path / "absent")
+    assert fallback.fallback and "F16 LoRA adapter tensors" in fallback.reason
 
 
 def test_the_batch_invariant_build_is_installed():

@@ -30,7 +30,9 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 async def openapi_json(request: web.Request) -> web.Response:
     engine = request.app[WORKER].engine
-    return web.json_response(openapi.document(engine.n_vocab if engine is not None else None))
+    if engine is None:
+        return web.json_response(openapi.document())
+    return web.json_response(openapi.document(engine.n_vocab, len(engine.loras)))
 
 
 def build_app(worker: WorkerState) -> web.Application:
@@ -45,6 +47,8 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(responses.routes)
     responses.stores(app)
     app.add_routes(llama_server.routes)
+    app.add_routes(llama_server.lora_routes)
+    app.add_routes(llama_server.rerank_routes)
     app.add_routes(llama_server.slot_routes)
     app.add_routes(openai.embedding_routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))

@@ -7,6 +7,7 @@ Anthropic's /v1/messages answers {"type": "error", "error": {type, message}}.
 
 from __future__ import annotations
 
+import asyncio
 import enum
 from dataclasses import dataclass
 
@@ -15,7 +16,15 @@ from aiohttp.typedefs import Handler
 
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.state import NotReady
-from worker.engine import ChatTemplateError, ContextLengthExceeded, EmptyPrompt, FinishReason, NoChatTemplate, QueueFull
+from worker.engine import (
+    ChatTemplateError,
+    ContextLengthExceeded,
+    EmbeddingFailed,
+    EmptyPrompt,
+    FinishReason,
+    NoChatTemplate,
+    QueueFull,
+)
 
 RETRY_AFTER_S = "1"
 # A generation that ended in failure, as every dialect answers it when nothing was sent yet: the HTTP status, and
@@ -73,6 +82,17 @@ def queue_full(exc: QueueFull) -> Failure:
     return Failure(503, "queue_full", [full], True)
 
 
+def pooled_failure(exc: EmbeddingFailed | asyncio.TimeoutError, timeout_s: float | None) -> Failure:
+    """An embedding or rerank job that got nothing, in the chat routes' codes: cancelled (503, the worker is
+    stopping), timeout (504), inference_failed (500)."""
+    if isinstance(exc, asyncio.TimeoutError):
+        return Failure(504, "timeout", [Problem("request", "--request-timeout",
+                                                f"the request ran past its {timeout_s:g} s timeout")])
+    if exc.stopped:
+        return Failure(503, "cancelled", [Problem("worker", "running", str(exc))], retry=True)
+    return Failure(500, "inference_failed", [Problem("engine", "llama_decode", str(exc))])
+
+
 def openai_body(failure: Failure) -> dict:
     kind = "invalid_request_error" if failure.status < 500 else "server_error"
     return {"error": {
@@ -114,7 +134,7 @@ def response(failure: Failure, family: Family) -> web.Response:
 
 
 _OPENAI_PATHS = ("/v1/chat", "/v1/completions", "/v1/responses", "/v1/models", "/v1/embeddings", "/tokenize",
-                 "/detokenize", "/apply-template", "/slots")
+                 "/detokenize", "/apply-template", "/lora-adapters", "/v1/rerank", "/rerank", "/slots")
 
 
 def family_of(request: web.Request) -> Family:

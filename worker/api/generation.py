@@ -18,8 +18,10 @@ from worker.engine import ChatPrompt, Event, Finished, Request, RequestHandle, T
 log = structlog.get_logger("worker.request")
 
 
-def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generation, request_id: str) -> list[Request]:
-    """One engine request per choice; choice i samples with seed + i, so every choice is repeatable."""
+def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generation, request_id: str,
+                    model: str | None = None) -> list[Request]:
+    """One engine request per choice; choice i samples with seed + i, so every choice is repeatable. `model`: the
+    name the request gave, which may be a LoRA adapter's (api/adapters.py)."""
     engine = worker.require_engine()
     prompt_tokens = prompt.tokens
     # No max_tokens: generate up to the end of this sequence's context.
@@ -27,11 +29,13 @@ def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generat
     if max_tokens is None:
         max_tokens = max(1, engine.n_ctx_seq - len(prompt_tokens))
     seed = generation.sampling.seed
+    adapters = worker.adapters.resolve(generation.lora, model)
     return [Request(prompt_tokens, max_tokens,
                     replace(generation.sampling, seed=(seed + i) % 2**64) if seed is not None else generation.sampling,
                     generation.stop, request_id, timeout_s=worker.settings.request_timeout,
                     logprobs=generation.logprobs, reasoning=prompt.reasoning,
-                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None, media=prompt.media)
+                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None, media=prompt.media,
+                    adapters=adapters)
             for i in range(generation.n)]
 
 

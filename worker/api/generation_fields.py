@@ -31,6 +31,7 @@ class Generation:
     n: int = 1  # choices, sampled side by side from one prefilled prompt
     logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
     echo: bool = False  # completions: the prompt leads the text
+    lora: dict[int, float] | None = None  # the request's `lora` list, adapter id -> scale (api/adapters.py); None: none
 
     @property
     def scores_prompt(self) -> bool:

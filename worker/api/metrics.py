@@ -60,6 +60,8 @@ class _EngineGauges(Collector):
                                   stats.step_s)
         yield CounterMetricFamily("llm_worker_engine_decode_seconds", "Of that, time inside llama_decode.",
                                   stats.decode_s)
+        yield CounterMetricFamily("llm_worker_engine_adapter_switches", "Times the context changed its LoRA adapter "
+                                  "set between calls (each rebuilds llama.cpp's schedule).", stats.adapter_switches)
 
 
 class Metrics:

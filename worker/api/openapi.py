@@ -9,7 +9,7 @@ from worker import __version__
 from worker.api.anthropic import schema as anthropic
 from worker.api.llama_server import schema as llama_server
 from worker.api.openai import schema as openai
-from worker.api.openapi_parts import get, json_body
+from worker.api.openapi_parts import get, json_body, lora_list
 from worker.api.orch import schema as orch
 from worker.api.responses import schema as responses
 
@@ -36,12 +36,14 @@ def decimal_below(n: int) -> str:
     return "^0*(" + "|".join([*shorter, *below, top]) + ")$"
 
 
-def document(n_vocab: int | None = None) -> dict:
-    """`n_vocab`: the served model's, once it is loaded; token ids are then checked against it."""
+def document(n_vocab: int | None = None, n_adapters: int | None = None) -> dict:
+    """`n_vocab` and `n_adapters`: the served model's vocabulary size and LoRA adapters, once it is loaded; token
+    ids and adapter ids are then checked against them."""
     schemas = SCHEMAS if n_vocab is None else {
         **SCHEMAS, "TokenId": {**SCHEMAS["TokenId"], "pattern": decimal_below(n_vocab)},
         "DetokenizeRequest": llama_server.detokenize_request(n_vocab),
-        "PromptTokenIds": {**openai.TOKEN_IDS, "items": {**openai.TOKEN_IDS["items"], "maximum": n_vocab - 1}}}
+        "PromptTokenIds": {**openai.TOKEN_IDS, "items": {**openai.TOKEN_IDS["items"], "maximum": n_vocab - 1}},
+        "LoraList": lora_list(n_adapters)}
     return {
         "openapi": "3.1.0",
         "info": {"title": "llm-worker", "version": __version__},

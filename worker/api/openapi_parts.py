@@ -42,6 +42,20 @@ def numbers(fields: tuple[NumberField, ...]) -> dict[str, dict]:
 PROMPT = {"type": "string", "minLength": 1}
 
 
+def lora_list(n_adapters: int | None) -> dict:
+    """A `lora` list ([{id, scale}]): ids of the worker's adapters (none without --lora), scales llama.cpp's floats
+    hold; `n_adapters` None: not known yet (the model is loading)."""
+    ids: dict[str, Any] = {"type": "integer", "minimum": 0, "description": "an adapter of GET /lora-adapters"}
+    if n_adapters:
+        ids["maximum"] = n_adapters - 1
+    entry = {"type": "object", "required": ["id", "scale"], "additionalProperties": False, "properties": {
+        "id": ids, "scale": {"type": "number", "minimum": -3.4e38, "maximum": 3.4e38}}}
+    schema: dict[str, Any] = {"type": "array", "items": entry, "description": "each id once"}
+    if n_adapters == 0:
+        schema["maxItems"] = 0
+    return schema
+
+
 def ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
 

@@ -34,10 +34,13 @@ def check_prompt_size(field: str, chars: int, n_ctx_seq: int) -> None:
 
 
 def served_model(worker: WorkerState, requested: str | None) -> str:
-    """The model id the answer names; a request that names another model is refused (404 model_not_found)."""
+    """The model id the answer names: the served model's, or the LoRA adapter's the request named; a request that
+    names another model is refused (404 model_not_found)."""
     if not worker.accepts_model(requested):
-        raise UnknownModel(f"model {requested!r} is not served here; this worker serves {worker.model_id!r}")
-    return worker.model_id
+        adapters = [lora.name for lora in worker.adapters.loras]
+        also = f" and its LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
+        raise UnknownModel(f"model {requested!r} is not served here; this worker serves {worker.model_id!r}{also}")
+    return requested if requested and worker.adapters.named(requested) is not None else worker.model_id
 
 
 def admitted(worker: WorkerState, request: Prompted) -> str:

@@ -54,6 +54,15 @@ def _has_lone_surrogate(value: Any) -> bool:
 
 def parse_json_object(raw: bytes) -> dict[str, Any]:
     """Strict JSON (UTF-8 only, no NaN/Infinity, no lone surrogates) whose top level is an object."""
+    body = parse_json(raw)
+    if not isinstance(body, dict):
+        raise InvalidRequest([Problem("body", "a JSON object",
+                                      f"the body must be a JSON object, not {type(body).__name__}")])
+    return body
+
+
+def parse_json(raw: bytes) -> Any:
+    """Strict JSON (UTF-8 only, no NaN/Infinity, no lone surrogates) of any shape."""
     try:
         body = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
         lone_surrogate = _has_lone_surrogate(body)
@@ -61,9 +70,6 @@ def parse_json_object(raw: bytes) -> dict[str, Any]:
         raise InvalidRequest([Problem("body", "nesting depth", "the JSON is nested too deeply")]) from None
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
         raise InvalidRequest([Problem("body", "valid JSON", f"the body is not valid UTF-8 JSON: {exc}")]) from None
-    if not isinstance(body, dict):
-        raise InvalidRequest([Problem("body", "a JSON object",
-                                      f"the body must be a JSON object, not {type(body).__name__}")])
     if lone_surrogate:
         raise InvalidRequest([Problem("body", "valid Unicode",
                                       "the body has a lone UTF-16 surrogate (\\ud800-\\udfff)")])

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
+from worker.api.adapters import Adapters
 from worker.api.metrics import Metrics
 from worker.api.progress import LoadingProgress
 from worker.engine import SamplingParams
@@ -38,6 +39,7 @@ class WorkerState:
     sampling: SamplingParams = field(default_factory=SamplingParams)  # the model's defaults under each request
     jobs: dict[str, Callable[[], None]] = field(default_factory=dict)  # pool-manager job_id -> its cancel()
     progress: LoadingProgress | None = None
+    adapters: Adapters = field(default_factory=lambda: Adapters((), []))  # --lora's, once the engine is loaded
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
@@ -57,7 +59,7 @@ class WorkerState:
         return "busy" if stats.running or stats.waiting else "idle"
 
     def accepts_model(self, name: str | None) -> bool:
-        return name in (None, "", self.model_id, self.settings.model)
+        return name in (None, "", self.model_id, self.settings.model) or self.adapters.named(name) is not None
 
 
 WORKER = web.AppKey("worker", WorkerState)

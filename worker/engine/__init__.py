@@ -14,6 +14,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.config import EngineConfig as EngineConfig
     from worker.engine.core.scheduler import SchedulerStats as SchedulerStats
     from worker.engine.engine import Engine as Engine
+    from worker.engine.errors import AdapterCells as AdapterCells
     from worker.engine.errors import ChatTemplateError as ChatTemplateError
     from worker.engine.errors import ContextLengthExceeded as ContextLengthExceeded
     from worker.engine.errors import EmbeddingFailed as EmbeddingFailed
@@ -38,8 +39,9 @@ __getattr__ = exports(__name__, {
     "Alternative": "requests", "ChatPrompt": "requests", "Event": "requests", "Finished": "requests",
     "FinishReason": "requests", "Reasoning": "requests", "Request": "requests", "SamplingParams": "requests",
     "TokenEvent": "requests", "TokenLogprob": "requests",
-    "ChatTemplateError": "errors", "ContextLengthExceeded": "errors", "EmbeddingFailed": "errors",
-    "EmptyPrompt": "errors", "NoChatTemplate": "errors", "QueueFull": "errors", "UnfitInputs": "errors",
+    "AdapterCells": "errors", "ChatTemplateError": "errors", "ContextLengthExceeded": "errors",
+    "EmbeddingFailed": "errors", "EmptyPrompt": "errors", "NoChatTemplate": "errors", "QueueFull": "errors",
+    "UnfitInputs": "errors",
     "CacheMode": "modes", "EngineConfig": "config", "RequestHandle": "handle", "SchedulerStats": "core.scheduler",
     "Engine": "engine", "UnusableFile": "cache.cell_file",
 })

@@ -25,6 +25,17 @@ DRAFT_MAX = 16
 MAX_DRAFT = 64
 
 
+@dataclass(frozen=True)
+class Lora:
+    """A LoRA adapter the worker loads at startup (--lora): its GGUF, its name (what /v1/models lists and a request's
+    `model` may name) and the scale its flag gave (1 unless PATH:SCALE said otherwise). Its id is its place in
+    EngineConfig.lora, as llama-server numbers them."""
+
+    path: Path
+    name: str
+    scale: float = 1.0
+
+
 def default_ubatch_size(backend: str) -> int:
     """A GPU backend's compute buffer is not in RAM and its prefill speed at 256 was not measured: llama.cpp's 512."""
     return CPU_UBATCH_SIZE if backend == "cpu" else 512
@@ -61,6 +72,7 @@ class EngineConfig:
     draft_max: int = DRAFT_MAX  # drafted tokens a sequence puts in one step, at most
     draft_min: int = 0  # fewer than this are not worth verifying: the sequence drafts none
     mmproj: Path | None = None  # a multimodal projector (GGUF): images in prompts (native/projector.py)
+    lora: tuple[Lora, ...] = ()  # adapters a request may run under (native/adapters.py), in id order
 
     def __post_init__(self) -> None:
         # The engine compares modes by identity (`is CacheMode.FAST`): a script's "fast" must become the member,

@@ -16,12 +16,13 @@ from worker.engine.cache import cell_file
 from worker.engine.cache.disk_cache import DiskCache
 from worker.engine.cache.fingerprint import Fingerprint, engine_fingerprint
 from worker.engine.cache.host_cache import MIB
+from worker.engine.config import Lora
 from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.core.loop import EngineLoop
 from worker.engine.core.runner import Events
 from worker.engine.core.scheduler import SchedulerStats
 from worker.engine.core.sequence import Sequence
-from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
+from worker.engine.errors import AdapterCells, ContextLengthExceeded, EmptyPrompt
 from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.exactness.guarantee import Guarantee, guarantee
 from worker.engine.exactness.load_check import Numerics, measure
@@ -30,7 +31,16 @@ from worker.engine.modes import CacheMode
 from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.native.projector import Bitmap, Projector
 from worker.engine.output.reasoning import opens_in_prompt
-from worker.engine.pooling.embeddings import EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.pooling.embeddings import EMBEDDINGS, RANK, EmbeddingJob, Outcome, Vector, check_inputs
+from worker.engine.pooling.rerank import (
+    EMPTY_THINKING,
+    RANK_HEAD,
+    YES_NO,
+    Reranker,
+    filled,
+    relevance_messages,
+    yes_no_scores,
+)
 from worker.engine.prompt.chat_template import ChatTemplate
 from worker.engine.requests import ChatPrompt, Reasoning, Request
 
@@ -81,6 +91,7 @@ class Engine:
         self.chat = ChatTemplate(chat_template or model.chat_template(), bos_text=model.bos_text,
                                  eos_text=model.eos_text)
         self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
+        self.reranker = self._reranker()
         self._loop = loop
         self._steps = EngineLoop(model, model.config.prefix_cache, self._post, projector)
         self._warm = threading.Event()
@@ -127,7 +138,9 @@ class Engine:
                  chat_template="models.toml" if chat_template else "gguf",
                  mmproj=str(config.mmproj) if config.mmproj else None, input_modalities=engine.input_modalities,
                  **engine.exactness.as_dict(),
-                 embeddings_pooling=model.pooling, embeddings_max_tokens=model.embed_n_batch,
+                 embeddings_pooling=model.pooling,
+                 embeddings_max_tokens=model.embedding.n_batch if model.embedding else 0,
+                 rerank=engine.reranker.route if engine.reranker else None, lora=[lora.name for lora in config.lora],
                  cache_ram_limit_bytes=stats.cache_ram_limit_bytes, **restored)
         # Said on every backend, as a warning where less than the full promise holds in exact or off mode.
         promise = engine.guarantee
@@ -198,7 +211,13 @@ class Engine:
         if disk is None:
             return
         new, still_held = await asyncio.wrap_future(self._steps.free_slots_cells(disk.known))
-        host = self._steps.cache.host.entries if self._steps.cache.host else []
+        entries = self._steps.cache.host.entries if self._steps.cache.host else []
+        # Cells belong to the adapter set they were made under (cache/prefix_cache.py), and a file's fingerprint
+        # names none: only cells made without adapters go to disk (a loaded file's cells serve requests without
+        # adapters); those made under adapters stay in host memory only (CellTransfer.snapshots skips slots' too).
+        host = [entry for entry in entries if not entry.adapters]
+        if len(host) < len(entries):
+            log.debug("kv_dir_cells_skipped", entries=len(entries) - len(host), reason="made under LoRA adapters")
         await asyncio.to_thread(disk.write, [*host, *new], still_held)
 
     async def save_slot(self, slot: int, path: Path) -> SlotFile:
@@ -207,6 +226,8 @@ class Engine:
         saved = await asyncio.wrap_future(self._steps.on_slot(slot, lambda cells: cells.snapshot(slot)))
         if saved is None:
             raise MemoryError(f"no host memory for slot {slot}'s cells")
+        if saved.adapters:  # a file holds base-model cells only, as --kv-dir's do (persist)
+            raise AdapterCells(slot, str(saved.adapters))
         written = await asyncio.to_thread(cell_file.write, path, await self._fingerprinted(), saved)
         return SlotFile(len(saved.tokens), written, (time.perf_counter() - started) * 1e3)
 
@@ -258,6 +279,11 @@ class Engine:
     def n_ctx_seq(self) -> int:
         """Tokens one request may use: prompt + generated."""
         return self.model.n_ctx_seq
+
+    @property
+    def loras(self) -> tuple[Lora, ...]:
+        """The LoRA adapters loaded at startup (--lora), in id order: a request's AdapterSet names them by id."""
+        return self.model.config.lora
 
     @property
     def n_vocab(self) -> int:
@@ -356,6 +382,35 @@ class Engine:
     def embedding_width(self) -> int:
         return self.model.n_embd
 
+    def _reranker(self) -> Reranker | None:
+        """How this model scores documents for /v1/rerank (pooling/rerank.py); None: it cannot (no single "yes"
+        and "no" tokens in its vocabulary, and no rank head)."""
+        template = self.model.chat_template("rerank")
+        if self.model.ranking is not None:
+            return Reranker(RANK_HEAD, self.model.ranking.n_batch, template)
+        yes, no = (self.model.tokenize(word, add_special=False, parse_special=False) for word in ("yes", "no"))
+        if len(yes) != 1 or len(no) != 1:
+            return None
+        return Reranker(YES_NO, self.n_ctx_seq, template, (yes[0], no[0]))
+
+    def rerank_tokens(self, reranker: Reranker, query: str, document: str) -> list[int]:
+        """One document's prompt: the GGUF's rerank template filled in, llama-server's pair for a rank head, or
+        the relevance question through the chat template. Reads only the vocab and the template: any thread."""
+        if reranker.template is not None:
+            return self.model.tokenize(filled(reranker.template, query, document), add_special=False)
+        if reranker.route == RANK_HEAD:
+            return self.model.pair_tokens(query, document)
+        thinking = EMPTY_THINKING if self.chat.thinks else ""
+        return self.chat_prompt(self.chat_text(relevance_messages(query, document)) + thinking).tokens
+
+    async def rerank(self, reranker: Reranker, prompts: list[list[int]], request_id: str) -> list[float]:
+        """Each prompt's relevance score (rerank_tokens' prompts, each within reranker.limit tokens).
+
+        Raises loop.QueueFull up front, EmbeddingFailed when a score did not come."""
+        if reranker.route == YES_NO:
+            return await yes_no_scores(self.submit, prompts, reranker.yes_no, self.model.config.parallel, request_id)
+        return [vector[0] for vector in await self._pooled(RANK, prompts)]
+
     def tokenize_inputs(self, inputs: list[str | list[int]]) -> list[list[int]]:
         """Embedding inputs: texts as llama-server tokenizes them (BOS and EOS as the vocab asks), token ids as sent."""
         return [self.model.tokenize(item, add_special=True) if isinstance(item, str) else item for item in inputs]
@@ -365,12 +420,16 @@ class Engine:
 
         Raises UnfitInputs or loop.QueueFull up front, EmbeddingFailed when no vectors came.
         """
-        if self.pooling is None:
+        if self.model.embedding is None:
             raise RuntimeError("this engine was loaded without embeddings")
-        check_inputs(inputs, self.model.embed_n_batch)
+        check_inputs(inputs, self.model.embedding.n_batch)
+        return await self._pooled(EMBEDDINGS, inputs)
+
+    async def _pooled(self, kind: str, inputs: list[list[int]]) -> list[Vector]:
+        """Each input's output from the pooled context `kind` (embeddings.py), between generation steps."""
         future: asyncio.Future[list[Vector]] = self._loop.create_future()
         job = EmbeddingJob(inputs, partial(self._resolve, future))
-        self._steps.add_embedding(job)
+        self._steps.add_pooled(kind, job)
         try:
             return await future
         except asyncio.CancelledError:

@@ -32,6 +32,19 @@ class ContextLengthExceeded(Exception):
         )
 
 
+@dataclass(frozen=True)
+class AdapterCells(Exception):
+    """A slot file asked of a slot whose cells were made under LoRA adapters: files hold base-model cells only
+    (their fingerprint names no adapter, so a file must never serve a request under another adapter set)."""
+
+    slot: int
+    adapters: str  # the adapter set, as AdapterSet's str: id:scale pairs
+
+    def __str__(self) -> str:
+        return (f"slot {self.slot}'s cells were made under LoRA adapters ({self.adapters}, as id:scale); a slot file "
+                "holds only cells made without adapters: save a slot that served a request without adapters")
+
+
 class EmptyPrompt(ValueError):
     pass
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from worker.engine.prompt.media import MediaSpan
@@ -61,6 +63,32 @@ class ChatPrompt:
 
 
 @dataclass(frozen=True)
+class AdapterSet:
+    """The LoRA adapters a request runs under: (adapter id, scale) pairs, ids ascending, scales as llama.cpp's
+    float32, none at 0.
+
+    llama.cpp leaves an adapter at scale 0 out of the graph (llama_context::set_adapters_lora), so a set that only
+    zeroes adapters is the base model's: the empty set. Equal sets compute alike, so they share llama_decode calls
+    and prefix cache cells; different sets share neither."""
+
+    scales: tuple[tuple[int, float], ...] = ()
+
+    @classmethod
+    def of(cls, scales: Mapping[int, float]) -> AdapterSet:
+        as_float32 = ((adapter, ctypes.c_float(scale).value) for adapter, scale in scales.items())
+        return cls(tuple(sorted((adapter, scale) for adapter, scale in as_float32 if scale != 0.0)))
+
+    def __bool__(self) -> bool:
+        return bool(self.scales)
+
+    def __str__(self) -> str:
+        return ",".join(f"{adapter}:{scale:g}" for adapter, scale in self.scales) or "base"
+
+
+NO_ADAPTERS = AdapterSet()  # the base model alone
+
+
+@dataclass(frozen=True)
 class Request:
     prompt_tokens: list[int]
     max_tokens: int
@@ -77,6 +105,10 @@ class Request:
     # The prompt's images: their positions in prompt_tokens hold stand-ins, and their embeddings are encoded and
     # decoded there by the engine thread (core/runner.py).
     media: tuple[MediaSpan, ...] = ()
+    adapters: AdapterSet = NO_ADAPTERS  # LoRA adapters of the worker's (--lora) this request runs under
+    # Read these tokens' logits at the prompt's last row (a rerank's yes and no, pooling/rerank.py) and send them in
+    # a Scored event once the prompt is prefilled; with max_tokens 0 nothing is generated.
+    score_tokens: tuple[int, ...] = ()
 
 
 class FinishReason(str, enum.Enum):
@@ -128,6 +160,13 @@ class PromptLogprobs:
 
 
 @dataclass(frozen=True)
+class Scored:
+    """The logits of a request's score_tokens at its prompt's last row, in their order."""
+
+    logits: tuple[float, ...]
+
+
+@dataclass(frozen=True)
 class Finished:
     reason: FinishReason
     prompt_tokens: int
@@ -147,4 +186,4 @@ class Finished:
         return (self.completion_tokens - 1) / self.decode_s if self.decode_s > 0 else None
 
 
-Event = TokenEvent | PromptLogprobs | Finished
+Event = TokenEvent | PromptLogprobs | Scored | Finished

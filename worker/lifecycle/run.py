@@ -12,16 +12,20 @@ import structlog
 from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
+from worker.api.adapters import Adapters
 from worker.api.generation_fields import sampling_defaults
 from worker.api.orch.route import cache_ram, vram_bytes
 from worker.api.progress import LoadingProgress
 from worker.engine import SamplingParams
+from worker.engine.config import Lora
 from worker.engine.exactness.build_choice import choose_library, load_library
+from worker.errors import WorkerError
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
-from worker.settings import Settings
+from worker.settings import LoraRef, Settings
 from worker.source import ResolvedModel, load_registry
 from worker.source.convert import Conversion, ProgressReport
+from worker.source.registry import Registry
 from worker.source.resolve import as_gguf, fetch_model
 
 if TYPE_CHECKING:
@@ -30,6 +34,23 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 DRAIN_POLL_S = 0.05
+
+
+def _fetch_loras(refs: tuple[LoraRef, ...], registry: Registry, model_id: str) -> tuple[Lora, ...]:
+    """Each --lora adapter as a local GGUF, fetched as --model is; its name is what a request's `model` may say."""
+    loras: list[Lora] = []
+    for ref in refs:
+        fetched = fetch_model(ref.ref, registry)
+        if fetched.path.is_dir():
+            raise WorkerError(f"--lora {ref.ref} is a folder; a LoRA adapter is served as a GGUF: convert a PEFT "
+                              "adapter folder with llama.cpp's convert_lora_to_gguf.py --base <the model's folder>")
+        taken = [lora.name for lora in loras] + [model_id]
+        if fetched.model_id in taken:
+            raise WorkerError(f"--lora {ref.ref} is named {fetched.model_id!r}, as the model or another adapter is; "
+                              "a request's `model` names an adapter by it: rename the file or give it a models.toml "
+                              "alias")
+        loras.append(Lora(fetched.path, fetched.model_id, ref.scale))
+    return tuple(loras)
 
 
 def _load(settings: Settings, progress: LoadingProgress,
@@ -52,6 +73,7 @@ def _load(settings: Settings, progress: LoadingProgress,
         config = replace(config, ctx_size=model.defaults.ctx_size)
     if config.mmproj is None and model.defaults.mmproj is not None:
         config = replace(config, mmproj=model.defaults.mmproj)
+    config = replace(config, lora=_fetch_loras(settings.lora, registry, model.model_id))
     library = load_library(choose_library(model.path, config))
     # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
@@ -129,6 +151,7 @@ class WorkerLife:
         finally:
             self.progress.finish()
         self.worker.model_id, self.worker.sampling, self.worker.engine = model.model_id, sampling, engine
+        self.worker.adapters = Adapters.loaded(engine.loras, self.settings.lora_init_without_apply)
         self.worker.phase = Phase.READY
         log.info("ready", url=self.url, model=model.model_id, path=str(model.path))
         return engine

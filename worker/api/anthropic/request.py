@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from worker.api.adapters import read_lora
 from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
 from worker.api.budgets import thinking_budget
@@ -41,9 +42,10 @@ _ASSISTANT = ("text", "tool_use", *_DROPPED)
 
 def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
                    check_grammar: GrammarCheck | None = None, counting: bool = False,
-                   thinks: bool = False) -> ChatRequest:
+                   thinks: bool = False, loras: int = 0) -> ChatRequest:
     """A Messages request over the model's sampling defaults; `counting`: a count_tokens request, which
-    generates nothing and so names no max_tokens; `thinks`: the model's replies have reasoning to budget."""
+    generates nothing and so names no max_tokens; `thinks`: the model's replies have reasoning to budget;
+    `loras`: how many LoRA adapters the worker has (a `lora` list names them by id)."""
     r = Reader(body)
     model = r.string("model")
     for name, why in _UNSUPPORTED.items():
@@ -58,14 +60,15 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
     sampling = thinking_budget(r, sampling, max_tokens, thinks)
     stop = r.stop_strings("stop_sequences", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=False)
     stream = r.boolean("stream")
+    lora = read_lora(r, loras)
     tools = read_tools(r)
     if tools is not None and tools.forced and sampling.grammar is not None:
         r.problem("tool_choice", "no output_config.format beside a forced tool use",
                   "a forced tool use samples under its own grammar: send tool_choice auto, or no output_config.format",
                   r.body.get("tool_choice"))
     r.done()
-    return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream), tools=tools, prefill=prefill,
-                       images=tuple(images))
+    return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream, lora=lora), tools=tools,
+                       prefill=prefill, images=tuple(images))
 
 
 def _conversation(r: Reader) -> tuple[list[Message], str, list[ImageInput]]:

@@ -18,7 +18,7 @@ from worker.api.errors import FAILED_STATUS, anthropic_error
 from worker.api.feed import feed, unsent
 from worker.api.generation import TrackedHandle, engine_requests, generating
 from worker.api.generation_fields import ChatRequest
-from worker.api.preamble import admitted
+from worker.api.preamble import admitted, served_model
 from worker.api.problems import parse_json_object
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
@@ -75,7 +75,7 @@ async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatReque
     worker = request.app[WORKER]
     engine = worker.require_engine()
     chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
-                          thinks(engine))
+                          thinks(engine), len(engine.loras))
     admitted(worker, chat)
     return chat, await prepared_turn(engine, chat)
 
@@ -91,8 +91,9 @@ async def count_tokens(request: web.Request) -> web.Response:
 async def messages(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
     chat, turn = await _turn(request)
-    message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": worker.model_id}
-    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"])
+    message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant",
+               "model": served_model(worker, chat.model)}
+    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"], chat.model)
     answer = turn.answers()
     async with generating(worker, choices) as (handle,):
         if chat.generation.stream:

@@ -6,7 +6,7 @@ from typing import Any
 
 from worker.api.budgets import ANTHROPIC_MIN_BUDGET
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS
-from worker.api.openapi_parts import COUNT, TEXT, event, json_body, numbers, post, sse_event, stop_string
+from worker.api.openapi_parts import COUNT, TEXT, event, json_body, numbers, post, ref, sse_event, stop_string
 from worker.fields import ANTHROPIC_SAMPLING
 
 _TEXT_BLOCKS = {"type": "array", "items": {"type": "object", "required": ["type", "text"],
@@ -31,6 +31,7 @@ def _blocks(*kinds: dict) -> dict:
 SCHEMAS: dict[str, Any] = {
     "MessagesRequest": {"type": "object", "required": ["messages", "max_tokens"], "properties": {
         "model": {"type": "string"},
+        "lora": {"oneOf": [{"type": "null"}, ref("LoraList")]},
         "system": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}]},
         "messages": {"type": "array", "minItems": 1, "items": {"oneOf": [
             {"type": "object", "required": ["role", "content"], "properties": {

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.openapi_parts import COUNT, TEXT, get, json_body, post, ref
+from worker.api.llama_server.rerank import MAX_DOCUMENTS
+from worker.api.openapi_parts import COUNT, TEXT, get, json_body, lora_list, post, ref
 
 
 def detokenize_request(n_vocab: int | None) -> dict:
@@ -20,6 +21,15 @@ SCHEMAS: dict[str, Any] = {
         "parse_special": {"type": ["boolean", "null"], "default": True},
         "with_pieces": {"type": ["boolean", "null"], "default": False}}},
     "DetokenizeRequest": detokenize_request(None),
+    "LoraList": lora_list(None),
+    "RerankRequest": {"type": "object", "required": ["query", "documents"], "properties": {
+        "model": {"type": "string", "description": "the served model (not one of its LoRA adapters)"},
+        "query": {"type": "string", "minLength": 1},
+        "documents": {"type": "array", "minItems": 1, "maxItems": MAX_DOCUMENTS, "items": {"oneOf": [
+            TEXT, {"type": "object", "required": ["text"], "additionalProperties": False,
+                   "properties": {"text": TEXT}}]}},
+        "top_n": {"type": ["integer", "null"], "minimum": 1, "description": "above the documents' count: all"},
+        "return_documents": {"type": ["boolean", "null"], "default": False}}},
     "SlotFileRequest": {"type": "object", "properties": {"filename": {
         "type": "string", "minLength": 1, "maxLength": 255,
         "pattern": "^[^./\\\\:\\x00-\\x1f\\x7f][^/\\\\:\\x00-\\x1f\\x7f]*$",
@@ -34,6 +44,27 @@ _TOKENS = {"description": "token ids, or with_pieces {id, piece}: the piece's te
                                   "properties": {"id": COUNT, "piece": _PIECE}}]}}}})}
 
 
+_RESULT = {"type": "object", "required": ["index", "relevance_score"], "properties": {
+    "index": COUNT, "relevance_score": {"type": "number"},
+    "document": {"type": "object", "required": ["text"], "properties": {"text": TEXT}}}}
+_RANKED = {"description": "the documents' scores, best first (top_n of them)", **json_body({
+    "type": "object", "required": ["model", "object", "usage", "results"], "properties": {
+        "model": TEXT, "object": {"const": "list"}, "results": {"type": "array", "items": _RESULT},
+        "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+                  "properties": {"prompt_tokens": COUNT, "total_tokens": COUNT}}}})}
+
+
+def _rerank_path() -> dict:
+    operation = post("Documents scored against a query (Jina/Cohere's shape, as llama-server answers)",
+                     "RerankRequest", _RANKED, "OpenAIError")["post"]
+    error = json_body(ref("OpenAIError"))
+    return {"post": {**operation, "responses": {
+        **operation["responses"],
+        "404": {"description": "the model named is not the one served, or the model cannot rerank", **error},
+        "500": {"description": "a scoring decode failed", **error},
+        "504": {"description": "past --request-timeout", **error}}}}
+
+
 def _one_text(name: str) -> dict:
     schema = {"type": "object", "required": [name], "properties": {name: TEXT}}
     return {"description": f"{{{name}: text}}", **json_body(schema)}
@@ -44,6 +75,17 @@ PATHS: dict[str, dict] = {
     "/detokenize": post("Token ids -> text", "DetokenizeRequest", _one_text("content"), "OpenAIError"),
     "/apply-template": post("Chat messages -> the prompt the model's chat template makes", "ChatRequest",
                              _one_text("prompt"), "OpenAIError"),
+    "/v1/rerank": _rerank_path(),
+    "/rerank": _rerank_path(),
+    "/lora-adapters": {
+        **get("The LoRA adapters (--lora) and the scale each applies at to requests that name none", {
+            "description": "one entry per adapter, in id order", **json_body({
+            "type": "array", "items": {"type": "object", "required": ["id", "path", "scale", "name"], "properties": {
+                "id": COUNT, "path": TEXT, "scale": {"type": "number"}, "name": TEXT}}})}),
+        **post("Set every adapter's scale for the requests that follow: those left out go to 0", "LoraList",
+               {"description": "set", **json_body({"type": "object", "required": ["success"],
+                                                   "properties": {"success": {"const": True}}})}, "OpenAIError"),
+    },
 }
 
 
@@ -65,7 +107,8 @@ _SLOT_ACTION = {"post": {
         {"name": "action", "in": "query", "required": True, "schema": {"enum": ["save", "restore", "erase"]}}],
     "requestBody": {"required": False, **json_body(ref("SlotFileRequest"))},
     "responses": {"200": {"description": "n_saved / n_restored / n_erased", **json_body(_SLOT_ANSWER)},
-                  "400": {"description": "every problem, listed (a slot past --parallel, a file that cannot load)",
+                  "400": {"description": "every problem, listed (a slot past --parallel, a file that cannot load, "
+                                         "a slot whose cells were made under LoRA adapters)",
                           **json_body(ref("OpenAIError"))},
                   "401": {"description": "missing or invalid API key"},
                   "404": {"description": "started without --slot-save-path: slots_disabled (llama-server: 501)",

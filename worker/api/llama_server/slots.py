@@ -19,7 +19,7 @@ from aiohttp import web
 from worker.api.errors import Failure, Family, response
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.state import WORKER
-from worker.engine import UnusableFile
+from worker.engine import AdapterCells, UnusableFile
 
 if TYPE_CHECKING:
     from worker.engine.engine import Engine, SlotFile
@@ -80,7 +80,11 @@ async def slot_action(request: web.Request) -> web.Response:
         return web.json_response({"id_slot": slot, "n_erased": await engine.erase_slot(slot)})
     path = folder / filename
     if action == "save":
-        saved = await engine.save_slot(slot, path)
+        try:
+            saved = await engine.save_slot(slot, path)
+        except AdapterCells as exc:
+            raise InvalidRequest([Problem("id_slot", "a slot whose cells were made without LoRA adapters", str(exc),
+                                          slot)]) from None
         return web.json_response({"id_slot": slot, "filename": filename, "n_saved": saved.tokens,
                                   "n_written": saved.bytes, "timings": {"save_ms": round(saved.ms, 3)}})
     restored = await _restore(engine, slot, path, filename)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from worker.api.errors import Failure, Family, response
+from worker.api.errors import Failure, Family, pooled_failure, response
 from worker.api.preamble import served_model
 from worker.api.problems import InvalidRequest, Problem, Reader, integral, parse_json_object
 from worker.api.state import WORKER
@@ -145,7 +145,7 @@ async def embeddings(request: web.Request) -> web.Response:
         raise _unfit(refusal, parsed.fields) from None
     except (EmbeddingFailed, asyncio.TimeoutError) as exc:
         log.warning("embeddings_failed", inputs=len(tokens), message=str(exc) or "timeout")
-        return response(_failure(exc, worker.settings.request_timeout), Family.OPENAI)
+        return response(pooled_failure(exc, worker.settings.request_timeout), Family.OPENAI)
     n_tokens = sum(len(t) for t in tokens)
     log.info("embeddings_done", inputs=len(tokens), prompt_tokens=n_tokens,
              e2e_ms=round((time.monotonic() - started) * 1e3, 1))
@@ -156,13 +156,3 @@ async def embeddings(request: web.Request) -> web.Response:
         "model": worker.model_id,
         "usage": {"prompt_tokens": n_tokens, "total_tokens": n_tokens},
     })
-
-
-def _failure(exc: EmbeddingFailed | asyncio.TimeoutError, timeout_s: float | None) -> Failure:
-    """The chat routes' codes: cancelled (503, the worker is stopping), timeout (504), inference_failed (500)."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return Failure(504, "timeout", [Problem("request", "--request-timeout",
-                                                f"the request ran past its {timeout_s:g} s timeout")])
-    if exc.stopped:
-        return Failure(503, "cancelled", [Problem("worker", "running", str(exc))], retry=True)
-    return Failure(500, "inference_failed", [Problem("engine", "llama_decode", str(exc))])

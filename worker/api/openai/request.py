@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from worker.api.adapters import read_lora
 from worker.api.budgets import effort_budget
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.images import ImageInput, image_from_url, without_marker
@@ -46,8 +47,9 @@ def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingP
 
 
 def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int,
-                       check_grammar: GrammarCheck | None, least_tokens: int = 1) -> Generation:
-    """`least_tokens`: the smallest max_tokens (completions take 0: the prompt alone, scored or cached)."""
+                       check_grammar: GrammarCheck | None, loras: int, least_tokens: int = 1) -> Generation:
+    """`loras`: the worker's LoRA adapters; `least_tokens`: the smallest max_tokens (completions take 0: the prompt
+    alone, scored or cached)."""
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False, [], {}):
             r.problem(name, "not supported", why, r.body[name])
@@ -68,7 +70,7 @@ def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choice
     include_usage = nested.boolean("include_usage")
     r.problems += [replace(p, field=f"stream_options.{p.field}") for p in nested.problems]
     stop = r.stop_strings("stop", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=True)
-    return Generation(max_tokens, sampling, stop, stream, include_usage, n)
+    return Generation(max_tokens, sampling, stop, stream, include_usage, n, lora=read_lora(r, loras))
 
 
 def _chat_logprobs(r: Reader) -> int | None:
@@ -145,7 +147,8 @@ def _content(r: Reader, index: int, content: Any, images: list[ImageInput]) -> s
 
 
 def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
-               max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> ChatRequest:
+               max_choices: int = 1, check_grammar: GrammarCheck | None = None, loras: int = 0) -> ChatRequest:
+    """`loras`: how many LoRA adapters the worker has (a `lora` list names them by id)."""
     r = Reader(body)
     model = r.string("model")
     raw = r.body.get("messages")
@@ -170,7 +173,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
             if role in ROLES and content is not None:
                 # OpenAI's newer name for the system role; chat templates written before it know only "system".
                 messages.append({"role": "system" if role == "developer" else role, "content": content, **tool_fields})
-    generation = _openai_generation(r, n_vocab, defaults, max_choices, check_grammar)
+    generation = _openai_generation(r, n_vocab, defaults, max_choices, check_grammar, loras)
     generation = replace(generation, logprobs=_chat_logprobs(r), sampling=effort_budget(r, generation.sampling))
     tools = read_tools(r)
     if tools is not None and tools.forced and generation.sampling.grammar is not None:
@@ -191,7 +194,8 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
 
 
 def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
-                     max_choices: int = 1, check_grammar: GrammarCheck | None = None) -> CompletionRequest:
+                     max_choices: int = 1, check_grammar: GrammarCheck | None = None,
+                     loras: int = 0) -> CompletionRequest:
     r = Reader(body)
     model = r.string("model")
     prompt = _prompt(r, n_vocab)
@@ -200,7 +204,7 @@ def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParam
             r.problem(name, "not on completions", f"{name} bounds a chat turn's thinking: a completion's prompt has "
                       "no reasoning split: send it to /v1/chat/completions, /v1/responses or /v1/messages",
                       r.body[name])
-    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar,
+    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar, loras,
                                                           least_tokens=0))
     r.done()
     return CompletionRequest(model, prompt, generation)

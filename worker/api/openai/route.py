@@ -139,10 +139,11 @@ async def _send_release(response: web.StreamResponse, chunk: dict[str, Any], sha
 
 async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str, turn: Turn,
                    echo: str) -> web.StreamResponse:
-    """`echo`: text that leads every choice (a completion's prompt, when asked for)."""
+    """`model`: the served model or LoRA adapter the request named; `echo`: text that leads every choice (a
+    completion's prompt, when asked for)."""
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
     prompt, generation = turn.prompt, turn.generation
-    choices = engine_requests(worker, prompt, generation, request["request_id"])
+    choices = engine_requests(worker, prompt, generation, request["request_id"], model)
     wants_logprobs = generation.logprobs is not None
     # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
     scorer = CompletionLogprobs(0) if generation.scores_prompt else None
@@ -190,11 +191,11 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
                 logprobs = formats[index](event.logprobs) if wants_logprobs else None
                 await _send_release(response, chunk, shape, index, answers[index].feed(event.text), event.reasoning,
                                     logprobs)
-            elif event.reason in _FINISH_REASONS:
+            elif isinstance(event, Finished) and event.reason in _FINISH_REASONS:
                 await _send_release(response, chunk, shape, index, answers[index].finish())
                 finish = _finish_reason(event, answers[index])
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", finish, None, [])]})
-            else:
+            elif isinstance(event, Finished):
                 await sse.send(response, _failure(event))
                 break  # leaving `generating` ends the other choices too
         if generation.include_usage and all(handle.finished for handle in handles):
@@ -211,7 +212,8 @@ def _generation_route(path: str, parse: Callable, shape: Shape,
         worker = request.app[WORKER]
         engine = worker.require_engine()
         parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
-                       max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem)
+                       max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem,
+                       loras=len(engine.loras))
         model = admitted(worker, parsed)
         turn = await prepare(engine, parsed)
         echo = _echo(engine, parsed) if parsed.generation.echo else ""
@@ -238,9 +240,13 @@ _generation_route("/v1/completions", parse_completion, COMPLETION, _completion_t
 
 @routes.get("/v1/models")
 async def models(request: web.Request) -> web.Response:
+    """The served model, then its LoRA adapters as vLLM lists them: a request's `model` may name either."""
     worker = request.app[WORKER]
     # What a prompt may hold (text, image), as llama-server says it; known once the model (and projector) loaded.
     modalities = {"input_modalities": list(worker.engine.input_modalities)} if worker.engine is not None else {}
+    entry = {"object": "model", "created": 0, "owned_by": "llm-worker"}
     return web.json_response({"object": "list", "data": [
-        {"id": worker.model_id, "object": "model", "created": 0, "owned_by": "llm-worker", **modalities},
+        {"id": worker.model_id, **entry, **modalities},
+        *({"id": lora.name, **entry, "parent": worker.model_id, "root": str(lora.path)}
+          for lora in worker.adapters.loras),
     ]})

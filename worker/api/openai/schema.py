@@ -43,7 +43,9 @@ _SAMPLING = {
                    "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
     "stream": {"type": ["boolean", "null"]},
     "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": ["boolean", "null"]}}},
-    "model": {"type": "string"},
+    "model": {"type": "string", "description": "the served model or one of its LoRA adapters (GET /v1/models)"},
+    "lora": {"oneOf": [{"type": "null"}, ref("LoraList")],
+             "description": "LoRA adapters and scales for this request; those left out are off"},
     "n": {"type": ["integer", "null"], "minimum": 1, "description": "at most --parallel"},
     "grammar": GRAMMAR,
     "response_format": _RESPONSE_FORMAT,
@@ -186,5 +188,6 @@ PATHS: dict[str, dict] = {
     "/v1/chat/completions": post("OpenAI chat completion", "ChatRequest", _GENERATED, "OpenAIError"),
     "/v1/completions": post("OpenAI text completion", "CompletionRequest", _GENERATED, "OpenAIError"),
     "/v1/embeddings": _embeddings_path(),
-    "/v1/models": get("The served model", {"description": "model list", **json_body({"type": "object"})}),
+    "/v1/models": get("The served model and its LoRA adapters",
+                      {"description": "model list", **json_body({"type": "object"})}),
 }

@@ -45,7 +45,7 @@ class ResponsesRequest:
 
 
 def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams, max_choices: int,
-                    check_grammar: GrammarCheck | None, store: ResponseStore) -> ResponsesRequest:
+                    check_grammar: GrammarCheck | None, store: ResponseStore, loras: int = 0) -> ResponsesRequest:
     r = Reader(body)
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False):
@@ -63,7 +63,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object of strings", metadata)
     chat_body = {
-        **{name: body[name] for name in ("model", *(f.name for f in OPENAI_SAMPLING)) if name in body},
+        **{name: body[name] for name in ("model", "lora", *(f.name for f in OPENAI_SAMPLING)) if name in body},
         "messages": [{"role": "system", "content": instructions}, *messages] if instructions else messages,
         "max_tokens": body.get("max_output_tokens"),
         **_tools(r, body),
@@ -71,7 +71,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
         **_effort(r, body.get("reasoning")),
     }
     try:
-        chat = parse_chat(chat_body, n_vocab, defaults, max_choices, check_grammar)
+        chat = parse_chat(chat_body, n_vocab, defaults, max_choices, check_grammar, loras)
     except InvalidRequest as refused:
         shift = 1 if instructions else 0
         r.problems += [replace(p, field=_field(p.field, shift, fields), message=_field(p.message, shift, fields))

@@ -100,14 +100,14 @@ async def create(request: web.Request) -> web.StreamResponse:
     engine = worker.require_engine()
     store = request.app[RESPONSES]
     parsed = parse_responses(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
-                             worker.settings.engine.parallel, engine.grammar_problem, store)
+                             worker.settings.engine.parallel, engine.grammar_problem, store, len(engine.loras))
     chat = parsed.chat
-    admitted(worker, chat)
+    model = admitted(worker, chat)
     turn = await prepared_turn(engine, chat)
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
-                "status": "in_progress", "model": worker.model_id, "output": [], "error": None,
+                "status": "in_progress", "model": model, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}
-    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"])
+    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"], chat.model)
     answer = turn.answers()
     async with generating(worker, choices) as (handle,):
         if parsed.stream:

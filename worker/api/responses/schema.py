@@ -29,6 +29,7 @@ SCHEMAS: dict[str, Any] = {"ResponsesRequest": {
     "type": "object", "required": ["input"], "examples": [{"input": "Hi", "max_output_tokens": 8, "stream": True}],
     "properties": {
         "model": {"type": "string"},
+        "lora": {"oneOf": [{"type": "null"}, ref("LoraList")]},
         "input": {"oneOf": [{"type": "string"}, {
             "type": "array", "minItems": 1, "items": _RESPONSES_ITEM, "description": "not only reasoning items",
             "contains": {"not": {"type": "object", "required": ["type"],

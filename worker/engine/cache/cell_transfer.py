@@ -53,7 +53,7 @@ class CellTransfer:
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
         data = self._stream(slot)
         if data is not None:
-            host.add(SavedCells(record.tokens, record.exact, data))
+            host.add(SavedCells(record.tokens, record.exact, data, record.adapters))
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=len(data))
 
     def snapshot(self, slot: int) -> SavedCells | None:
@@ -65,16 +65,20 @@ class CellTransfer:
             return None
         record = self.cache.reusable_record(slot)
         data = self._stream(slot)
-        return None if data is None else SavedCells(record.tokens, record.exact, data)
+        return None if data is None else SavedCells(record.tokens, record.exact, data, record.adapters)
 
     def snapshots(self, slots: list[int], known: Callable[[list[int], int], bool]) -> tuple[list[SavedCells],
                                                                                              list[list[int]]]:
         """The free slots' cells worth keeping on disk (as worth keeping in host memory: prefix_cache.worth_saving):
-        those no file holds yet, and the tokens of those a file holds (`known`)."""
+        those no file holds yet, and the tokens of those a file holds (`known`). Cells made under LoRA adapters
+        are left out (Engine.persist)."""
         new, held = [], []
         for slot in slots:
             record = self.cache.worth_saving(slot, 0)
             if record is None:
+                continue
+            if record.adapters:  # a file holds base-model cells only: its fingerprint names no adapter set
+                log.debug("kv_dir_cells_skipped", slot=slot, cells=len(record.tokens), adapters=str(record.adapters))
                 continue
             if known(record.tokens, record.exact):
                 held.append(record.tokens)
@@ -91,7 +95,7 @@ class CellTransfer:
             self.cache.forget(slot)
             return False
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(saved.tokens), -1)  # cells past the reusable ones
-        self.cache.release(slot, saved.tokens, saved.exact)
+        self.cache.release(slot, saved.tokens, saved.exact, saved.adapters)
         return True
 
     def erase(self, slot: int) -> int:

@@ -17,6 +17,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass
 
+from worker.engine.requests import NO_ADAPTERS, AdapterSet
+
 MIB = 1 << 20
 
 
@@ -25,6 +27,7 @@ class SavedCells:
     tokens: list[int]  # what the cells hold, at positions 0..len-1
     exact: int  # of them, the leading cells made by aligned prefill (prefix_cache.SlotRecord.exact)
     data: ctypes.Array  # the slot's stream, as llama_state_seq_get_data wrote it
+    adapters: AdapterSet = NO_ADAPTERS  # the LoRA adapters its cells were made under (prefix_cache.py)
 
     @property
     def size(self) -> int:
@@ -44,15 +47,16 @@ class HostCache:
     def bytes_held(self) -> int:
         return sum(entry.size for entry in self._entries)
 
-    def holds(self, tokens: list[int]) -> bool:
-        """Whether an entry already holds these tokens' cells (at the start of its own)."""
-        return any(entry.tokens[:len(tokens)] == tokens for entry in self._entries)
+    def holds(self, tokens: list[int], adapters: AdapterSet = NO_ADAPTERS) -> bool:
+        """Whether an entry already holds these tokens' cells, made under `adapters` (at the start of its own)."""
+        return any(entry.tokens[:len(tokens)] == tokens and entry.adapters == adapters for entry in self._entries)
 
     def add(self, saved: SavedCells) -> None:
         if saved.size > self.limit_bytes:
             return
         tokens = saved.tokens
-        kept = [entry for entry in self._entries if tokens[:len(entry.tokens)] != entry.tokens]
+        kept = [entry for entry in self._entries
+                if tokens[:len(entry.tokens)] != entry.tokens or entry.adapters != saved.adapters]
         self._entries = [*self._newest_within(kept, self.limit_bytes - saved.size), saved]
 
     def shrink(self) -> None:

@@ -27,6 +27,9 @@ What "reusable" means depends on the mode:
 - fast: every matching cell, as llama-server does; greedy text may then differ
   from a cold run.
 - off: nothing; every prompt is prefilled whole.
+
+Cells belong to the LoRA adapter set they were made under (requests.AdapterSet: adapters and scales): a prompt
+reuses, copies or loads back only cells made under its own set, and shares nothing with any other.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from dataclasses import dataclass, field
 from worker.engine.cache.host_cache import HostCache, SavedCells
 from worker.engine.modes import CacheMode
 from worker.engine.prompt.media import is_media
+from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
 # numerics do not depend on where a prompt is cut (bench/probes/kvrule.py), but repacked quantized
@@ -73,11 +77,16 @@ class SlotRecord:
     tokens: list[int] = field(default_factory=list)  # what the stream holds at positions 0..len-1
     exact: int = 0  # leading cells made by aligned prefill: the ones exact mode may reuse
     last_used: float = 0.0
+    adapters: AdapterSet = NO_ADAPTERS  # what the cells were computed under
+
+    def shared(self, prompt: list[int], adapters: AdapterSet) -> int:
+        """Leading tokens of `prompt` whose cells these are: none under another adapter set."""
+        return common_prefix(self.tokens, prompt) if adapters == self.adapters else 0
 
 
-def held(tokens: list[int], prefilled: int) -> SlotRecord:
-    """A stream holding `tokens`, of which the first `prefilled` came from prefill chunks."""
-    return SlotRecord(tokens, align_down(min(prefilled, len(tokens))))
+def held(tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> SlotRecord:
+    """A stream holding `tokens` made under `adapters`, of which the first `prefilled` came from prefill chunks."""
+    return SlotRecord(tokens, align_down(min(prefilled, len(tokens))), adapters=adapters)
 
 
 class PrefixCache:
@@ -93,34 +102,37 @@ class PrefixCache:
         if self.mode is CacheMode.EXACT:
             self.every_cell = True
 
-    def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord]) -> Reuse:
-        """The free slot to run `prompt` in and the cells it starts with: its own, or another slot's copied.
+    def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord],
+               adapters: AdapterSet = NO_ADAPTERS) -> Reuse:
+        """The free slot to run `prompt` (under `adapters`) in and the cells it starts with: its own, or another
+        slot's copied.
 
         `running`: what each busy slot's stream holds now (its request's cells so far).
         """
-        own = {slot: self.reusable(self._records[slot], prompt) for slot in free_slots}
-        slot = self._slot_in_place(prompt, free_slots, own)
-        sources = {source: self.reusable(record, prompt) for source, record in running.items()}
+        own = {slot: self.reusable(self._records[slot], prompt, adapters) for slot in free_slots}
+        slot = self._slot_in_place(prompt, adapters, free_slots, own)
+        sources = {source: self.reusable(record, prompt, adapters) for source, record in running.items()}
         sources.update((source, cells) for source, cells in own.items() if source != slot)
         source = max(sources, key=sources.__getitem__, default=None)
         choice = Reuse(slot, own[slot])
         if source is not None and sources[source] - own[slot] >= COPY_MIN_GAIN:
             targets = [target for target in free_slots if target != source]
             choice = Reuse(self.least_recently_used(targets), sources[source], source)
-        saved = {entry: self.reusable(SlotRecord(entry.tokens, entry.exact), prompt)
+        saved = {entry: self.reusable(SlotRecord(entry.tokens, entry.exact, adapters=entry.adapters), prompt, adapters)
                  for entry in (self.host.entries if self.host else [])}
         best = max(saved, key=saved.__getitem__, default=None)
         if best is not None and saved[best] - choice.cells >= COPY_MIN_GAIN:
             return Reuse(self.least_recently_used(free_slots), saved[best], saved=best)
         return choice
 
-    def _slot_in_place(self, prompt: list[int], free_slots: list[int], own: dict[int, int]) -> int:
+    def _slot_in_place(self, prompt: list[int], adapters: AdapterSet, free_slots: list[int],
+                       own: dict[int, int]) -> int:
         """The free slot holding the most of `prompt` (least recently used first among equals), among those
         whose other cells it may drop: cells a prompt does not share hold another conversation, asked for again
         at its next turn. An empty slot takes the prompt rather than drop any; with none, a slot is taken only
         by a prompt that keeps at least as many of its cells as it drops; failing both, the least recently
         used."""
-        dropped = {slot: len(self._records[slot].tokens) - common_prefix(self._records[slot].tokens, prompt)
+        dropped = {slot: len(self._records[slot].tokens) - self._records[slot].shared(prompt, adapters)
                    for slot in free_slots}
         empty = any(not self._records[slot].tokens for slot in free_slots)
         in_place = [slot for slot in free_slots if dropped[slot] <= (0 if empty else own[slot])]
@@ -132,8 +144,8 @@ class PrefixCache:
         """The free slot whose cells are the least likely to be asked for again."""
         return min(free_slots, key=lambda slot: self._records[slot].last_used)
 
-    def reusable(self, record: SlotRecord, prompt: list[int]) -> int:
-        if self.mode is CacheMode.OFF or not record.tokens:
+    def reusable(self, record: SlotRecord, prompt: list[int], adapters: AdapterSet = NO_ADAPTERS) -> int:
+        if self.mode is CacheMode.OFF or not record.tokens or record.adapters != adapters:
             return 0
         # At least the prompt's last two tokens are prefilled: the last one's logits start the answer, and a
         # one-row chunk would take llama.cpp's one-row kernels, which a cold prefill of the prompt does not.
@@ -149,23 +161,25 @@ class PrefixCache:
         record.tokens = []  # held by the running request now; recorded again when it leaves
         record.exact = 0
 
-    def release(self, slot: int, tokens: list[int], prefilled: int) -> None:
-        """A request left: its stream holds `tokens`, of which the first `prefilled` came from prefill chunks."""
-        self._records[slot] = held(tokens, prefilled)
+    def release(self, slot: int, tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> None:
+        """A request left: its stream holds `tokens` made under `adapters`, of which the first `prefilled` came
+        from prefill chunks."""
+        self._records[slot] = held(tokens, prefilled, adapters)
         self._records[slot].last_used = time.monotonic()
 
     def worth_saving(self, slot: int, kept: int) -> SlotRecord | None:
         """What of a slot's cells to save to host memory before a request keeping only its first `kept` takes
         it: the cells this mode may reuse, if that is COPY_MIN_GAIN more than kept and not saved already."""
         reusable = self.reusable_record(slot)
-        if self.host is None or len(reusable.tokens) - kept < COPY_MIN_GAIN or self.host.holds(reusable.tokens):
+        if self.host is None or len(reusable.tokens) - kept < COPY_MIN_GAIN or self.host.holds(reusable.tokens,
+                                                                                               reusable.adapters):
             return None
         return reusable
 
     def reusable_record(self, slot: int) -> SlotRecord:
         """What of the slot's cells this mode may reuse: its leading cells_held(slot) tokens."""
         record, held_cells = self._records[slot], self.cells_held(slot)
-        return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells))
+        return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells), adapters=record.adapters)
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]
@@ -189,7 +203,8 @@ class PrefixCache:
             target = align_down(len(record.tokens))
             # An image's cells came from its embeddings, which are gone: they stay as they are, unsettled.
             if target > record.exact and not any(map(is_media, record.tokens[record.exact:target])):
-                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + SETTLE_TOKENS))
+                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + SETTLE_TOKENS),
+                              record.adapters)
         return None
 
     def settled(self, settle: Settle) -> None:
@@ -208,3 +223,4 @@ class Settle:
     tokens: list[int]  # what the slot will hold once settled
     start: int  # cells from here on are dropped and prefilled again
     end: int
+    adapters: AdapterSet = NO_ADAPTERS  # what the slot's cells were made under: prefilled again under the same

@@ -27,7 +27,7 @@ from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.output.token_output import finished_event
-from worker.engine.pooling.embeddings import Embedder, EmbeddingJob
+from worker.engine.pooling.embeddings import EMBEDDINGS, RANK, Embedder, EmbeddingJob
 from worker.engine.requests import FinishReason
 from worker.engine.speculative.draft_model import DraftModel
 from worker.engine.speculative.speculator import PromptLookup, Speculator
@@ -70,9 +70,11 @@ class EngineLoop:
         # A step's rows: a prefill chunk, or every slot's decode row with its draft.
         rows = max(budget, self.config.parallel * (1 + (self.config.draft_max if self.speculator else 0)))
         self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator, projector)
-        # Embedding jobs decode in their own context, but on this thread: never two llama_decode calls at once.
-        self._embeds: deque[EmbeddingJob] = deque()
-        self._embedder = Embedder(model) if model.embed_ctx else None
+        # Embedding and rank jobs decode in pooled contexts of their own (those the model has), but on this thread:
+        # never two llama_decode calls at once. Each has its queue.
+        contexts = {EMBEDDINGS: model.embedding, RANK: model.ranking}
+        self._pooled = {kind: (Embedder(pooled), deque[EmbeddingJob]()) for kind, pooled in contexts.items()
+                        if pooled is not None}
         self._tasks: list[CellTask] = []
         # (steps, seconds in them, of those inside llama_decode), replaced whole at each step's end: a reader on
         # another thread sees completed steps only, never a step's llama_decode time without the step's own.
@@ -84,8 +86,9 @@ class EngineLoop:
     def add(self, sequence: Sequence) -> None:
         self._enqueue(self._waiting, sequence, "requests")
 
-    def add_embedding(self, job: EmbeddingJob) -> None:
-        self._enqueue(self._embeds, job, "embedding requests")
+    def add_pooled(self, kind: str, job: EmbeddingJob) -> None:
+        """An embedding (EMBEDDINGS) or rank (RANK) job, for a model loaded with that context."""
+        self._enqueue(self._pooled[kind][1], job, f"{kind} requests")
 
     def _enqueue(self, queue: deque, item: Sequence | EmbeddingJob, what: str) -> None:
         with self._cond:
@@ -130,11 +133,12 @@ class EngineLoop:
         # Under the lock: admission moves a sequence from waiting to running while holding it, and a read between
         # the two saw neither (a drain that began then stopped at once and closed the listener on a live stream).
         with self._cond:
-            running, waiting = list(self._running), len(self._waiting) + len(self._embeds)
+            running = list(self._running)
+            waiting = len(self._waiting) + sum(len(queue) for _, queue in self._pooled.values())
         totals = self._totals
         return SchedulerStats(
             running=len(running),
-            waiting=waiting,  # unanswered embedding requests too: drain waits for them
+            waiting=waiting,  # unanswered embedding and rank requests too: drain waits for them
             slots=self.config.parallel,
             # From positions, not native calls: running sequences hold n_past cells each.
             kv_cells_used=sum(seq.n_past for seq in running),
@@ -145,6 +149,7 @@ class EngineLoop:
             steps=totals[0],
             step_s=totals[1],
             decode_s=totals[2],
+            adapter_switches=self.model.adapters.switches,
         )
 
     # -- the engine thread ---------------------------------------------------------
@@ -163,8 +168,8 @@ class EngineLoop:
             self._runner.close()
             if self.speculator:
                 self.speculator.close()
-            if self._embedder is not None:
-                self._embedder.close()
+            for embedder, _ in self._pooled.values():
+                embedder.close()
 
     def _step(self) -> bool:
         events: Events = []
@@ -178,25 +183,26 @@ class EngineLoop:
             for admission in self._scheduler.admit(self._waiting, self._free_slots, self._running):
                 self._runner.start(admission)
                 self._running.append(admission.sequence)
-            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle)
-            # Only an engine loaded with embeddings (an embedder) takes embedding jobs.
-            embedder = self._embedder
-            embeds = embedder.plan(self._embeds) if self._embeds and embedder is not None else []
+            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle,
+                                        self.model.adapters.current)
+            pooled = [(embedder, embedder.plan(queue)) for embedder, queue in self._pooled.values() if queue]
             if self._running or self._waiting:
                 self._busy_until = time.monotonic()
         self._runner.run(plan, events)
         self._collect_finished()
         if events:
             self._dispatch(events)
-        if embeds and embedder is not None:  # after the step's tokens are on their way
-            embedder.run(embeds)
+        for embedder, rows in pooled:  # after the step's tokens are on their way
+            if rows:
+                embedder.run(rows)
         steps, step_s, _ = self._totals
         self._totals = (steps + 1, step_s + time.perf_counter() - started, self._runner.decode_s)
         return True
 
     def _wait_for_work(self) -> bool:
         """Sleep until there is a request to serve (False) or free slots to settle after an idle spell (True)."""
-        while not (self._running or self._waiting or self._embeds or self._stopping or self._runnable_tasks()):
+        while not (self._running or self._waiting or self._stopping or any(q for _, q in self._pooled.values())
+                   or self._runnable_tasks()):
             if self.cache.unsettled(self._free_slots) is None:
                 self._cond.wait()
                 continue
@@ -252,8 +258,8 @@ class EngineLoop:
             self._collect_finished()
             while self._waiting:
                 _finish_waiting(self._waiting.popleft(), reason, message, events)
-            if self._embedder is not None:
-                self._embedder.fail_all(self._embeds, message)
+            for embedder, queue in self._pooled.values():
+                embedder.fail_all(queue, message)
             for task in self._tasks:
                 task.done.set_exception(RuntimeError(message))
             self._tasks.clear()

@@ -1,7 +1,8 @@
 """Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire.
 
 Runs on the engine thread only. Each prefill chunk is its own llama_decode call
-and all decode rows share one (see scheduler.py for why); every row that wants
+and all decode rows share one (see scheduler.py for why), all under the step's
+LoRA adapter set, which the context is switched to first; every row that wants
 logits is sampled right after its call, by the sequence's own native chain, and
 what the token adds to the answer is output/token_output.py's job; cells moved
 between slots and host memory are cache/cell_transfer.py's. A prefill chunk over an image
@@ -31,7 +32,7 @@ from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.output.token_output import TokenOutput, finished_event
 from worker.engine.prompt.media import MediaSpan, runs, text_only
-from worker.engine.requests import Event, FinishReason, PromptLogprobs
+from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
 from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
@@ -66,6 +67,7 @@ class ModelRunner:
         # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
         end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
         self._output = TokenOutput(end_of_thinking, model.is_eog, model.piece)
+        self._switched = False  # the context's LoRA adapters changed since its last llama_decode
         self.cells = CellTransfer(model, cache)  # cells between slots, host memory and files
         self.decode_s = 0.0  # cumulative time inside llama_decode
 
@@ -95,11 +97,15 @@ class ModelRunner:
             self.speculator.start(seq)
 
     def run(self, plan: StepPlan, events: Events) -> None:
+        if plan.decode or plan.prefill:
+            # The next llama_decode after a switch rebuilds llama.cpp's schedule: that call's time is the switch's.
+            self._switched = self.model.adapters.use(plan.adapters)
         if plan.decode:
             self._decode_step(plan.decode, events)
         for chunk in plan.prefill:
             self._prefill(chunk, events)
         if plan.settle is not None:
+            self.model.adapters.use(plan.settle.adapters)
             self._settle(plan.settle)
 
     def _decode_step(self, decode: list[Sequence], events: Events) -> None:
@@ -116,7 +122,8 @@ class ModelRunner:
         if not self._decode(rows, events):
             return
         seconds = self.decode_s - started
-        self.pace.observe_decode(seconds)
+        if not self._switch_took(seconds, self.pace.decode_step_s):
+            self.pace.observe_decode(seconds)
         if speculator:
             speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
         now, row, generated = time.monotonic(), 0, 0
@@ -128,6 +135,16 @@ class ModelRunner:
             row += 1 + len(draft)
         if speculator:
             speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
+
+    def _switch_took(self, seconds: float, usual: float) -> bool:
+        """After an adapter switch, the first call's time over its usual time is the switch's (core/turns.py);
+        True then: the call is no sample of its usual pace."""
+        if not self._switched:
+            return False
+        self._switched = False
+        if usual:
+            self.pace.observe_switch(seconds - usual)
+        return True
 
     def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
@@ -196,7 +213,8 @@ class ModelRunner:
                 return
             last_call_rows = end - start
         rows = chunk.end - chunk.start
-        self.pace.observe_prefill(self.decode_s - started, rows)
+        if not self._switch_took(self.decode_s - started, self.pace.prefill_token_s * rows):
+            self.pace.observe_prefill(self.decode_s - started, rows)
         if self.speculator:
             self.speculator.observe_call([(seq.slot, rows)], self.decode_s - started)
         seq.n_past = chunk.end
@@ -211,6 +229,8 @@ class ModelRunner:
             seq.state = SequenceState.DECODING
             if scored:
                 events.append((seq, PromptLogprobs(self.model.piece(prompt[0]), tuple(seq.prompt_logprobs))))
+            if seq.request.score_tokens:
+                events.append((seq, Scored(self._logprobs.logits(row, seq.request.score_tokens))))
             if seq.request.max_tokens == 0:  # the prompt alone was asked for (its scores, or its cells cached)
                 self.retire(seq, FinishReason.LENGTH, events)
                 return
@@ -334,7 +354,8 @@ class ModelRunner:
                 llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, -1, -1)
             else:
                 # Every cell up to n_past is complete (cancels land between steps); prompt cells came from prefill.
-                self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)))
+                self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)),
+                                   seq.request.adapters)
         seq.state = SequenceState.FINISHED
         events.append((seq, finished_event(seq, reason, message)))
 

@@ -10,6 +10,9 @@ number of tokens from each), so:
   does not split it again, and a prompt's last chunk is never a lone row;
 - decode rows (one token per generating sequence) share one call, by slot order.
 
+A step runs under one LoRA adapter set: llama.cpp applies adapters to a whole context, so requests under
+different sets never share a call, and the sets take turns at the context (turns.py says when a turn ends).
+
 While sequences are decoding, a step's prefill is held to what the measured pace says fits in
 STALL_FACTOR decode steps (whole ALIGN blocks, at least two): every running stream waits for a
 step's prefill, so a long prompt arriving no longer stops them for most of a second, at the cost
@@ -18,6 +21,7 @@ of its own time to first token (docs/cache-and-exactness.md, "Prefill beside run
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from dataclasses import dataclass
 
@@ -25,6 +29,8 @@ from worker.engine.cache.disk_cache import DiskStats
 from worker.engine.cache.host_cache import SavedCells
 from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.core.turns import Turns
+from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
 # has the same aim). The arrivals workload of `bench/run.py throughput` (8 streams, new 400-token prompts), test
@@ -51,6 +57,7 @@ class SchedulerStats:
     steps: int = 0
     step_s: float = 0.0
     decode_s: float = 0.0
+    adapter_switches: int = 0  # times the context changed its LoRA adapter set (native/adapters.py)
 
 
 @dataclass
@@ -59,9 +66,13 @@ class Pace:
 
     decode_step_s: float = 0.0
     prefill_token_s: float = 0.0
+    switch_s: float = 0.0  # what changing the context's LoRA adapters adds to the call after it (turns.py)
 
     def observe_decode(self, seconds: float) -> None:
         self.decode_step_s = _smooth(self.decode_step_s, seconds)
+
+    def observe_switch(self, seconds: float) -> None:
+        self.switch_s = _smooth(self.switch_s, max(0.0, seconds))
 
     def observe_prefill(self, seconds: float, tokens: int) -> None:
         self.prefill_token_s = _smooth(self.prefill_token_s, seconds / tokens)
@@ -94,6 +105,7 @@ class StepPlan:
     decode: list[Sequence]  # one row each, in one llama_decode call
     prefill: list[Chunk]  # one llama_decode call each
     settle: Settle | None = None  # a free slot's block to prefill again, when nothing else needs the time
+    adapters: AdapterSet = NO_ADAPTERS  # the LoRA adapters the decode rows and chunks run under
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,7 @@ class Scheduler:
         self.cache = cache
         self.budget = budget
         self.pace = pace or Pace()
+        self.turns = Turns()
 
     def admit(self, waiting: deque[Sequence], free_slots: list[int], running: list[Sequence]) -> list[Admission]:
         """First come, first served; each to the free slot holding the most of its prompt, or given a copy
@@ -129,7 +142,8 @@ class Scheduler:
         if not waiting or not free_slots:  # most steps admit nobody
             return admitted
         # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
-        streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt))) for seq in running}
+        streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)), seq.request.adapters)
+                   for seq in running}
         prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
         for sequence in list(waiting):
             if len(free_slots) <= len(sequence.forks):
@@ -137,8 +151,8 @@ class Scheduler:
             if sequence.request.prompt_logprobs is not None:  # every prompt row's logits: nothing cached will do
                 choice = Reuse(self.cache.least_recently_used(free_slots), 0)
             else:
-                choice = self.cache.choose(sequence.prompt, free_slots, streams)
-                if self._prefilling_more(sequence.prompt, prefilling, choice.cells):
+                choice = self.cache.choose(sequence.prompt, free_slots, streams, sequence.request.adapters)
+                if self._prefilling_more(sequence, prefilling, choice.cells):
                     continue
             waiting.remove(sequence)
             free_slots.remove(choice.slot)
@@ -154,18 +168,25 @@ class Scheduler:
                 admitted.append(Admission(fork, slot, 0))
         return admitted
 
-    def _prefilling_more(self, prompt: list[int], prefilling: list[Sequence], reuse: int) -> bool:
-        """Whether a request still prefilling will hold COPY_MIN_GAIN more of `prompt` than `reuse`: a burst of
-        requests with one new system prompt then prefills it once, and the others copy it as soon as it is there
-        (prefilled beside each other, they would each pay for all of it on the same cores)."""
-        return any(self.cache.reusable(held(seq.prompt, len(seq.prompt)), prompt) - reuse >= COPY_MIN_GAIN
-                   for seq in prefilling)
+    def _prefilling_more(self, sequence: Sequence, prefilling: list[Sequence], reuse: int) -> bool:
+        """Whether a request still prefilling will hold COPY_MIN_GAIN more of the sequence's prompt than `reuse`:
+        a burst of requests with one new system prompt then prefills it once, and the others copy it as soon as it
+        is there (prefilled beside each other, they would each pay for all of it on the same cores)."""
+        prompt, adapters = sequence.prompt, sequence.request.adapters
+        return any(self.cache.reusable(held(seq.prompt, len(seq.prompt), seq.request.adapters), prompt, adapters)
+                   - reuse >= COPY_MIN_GAIN for seq in prefilling)
 
-    def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool) -> StepPlan:
-        """`idle`: the engine has had nothing to do for a while, so settling a free slot costs nobody."""
-        decode = sorted((s for s in running if s.state is SequenceState.DECODING), key=lambda s: s.slot)
+    def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool,
+             adapters: AdapterSet = NO_ADAPTERS) -> StepPlan:
+        """`idle`: the engine has had nothing to do for a while, so settling a free slot costs nobody; `adapters`:
+        the LoRA adapter set the context holds now."""
+        working = [seq for seq in running if seq.state in (SequenceState.PREFILLING, SequenceState.DECODING)]
+        wanted = list(dict.fromkeys(seq.request.adapters for seq in working))
+        turn = self.turns.choose(wanted, adapters, self.pace.switch_s, time.monotonic())
+        serving = [seq for seq in working if seq.request.adapters == turn]
+        decode = sorted((s for s in serving if s.state is SequenceState.DECODING), key=lambda s: s.slot)
         prefill, budget = [], self.pace.prefill_tokens_beside_streams(self.budget) if decode else self.budget
-        for sequence in running:  # in admission order: the oldest prompt finishes first
+        for sequence in serving:  # in admission order: the oldest prompt finishes first
             if sequence.state is not SequenceState.PREFILLING:
                 continue
             start, end = sequence.n_past, len(sequence.prompt)
@@ -178,4 +199,4 @@ class Scheduler:
             prefill.append(Chunk(sequence, start, end))
             budget -= end - start
         settle = self.cache.unsettled(free_slots) if idle and not (waiting or running) else None
-        return StepPlan(decode, prefill, settle)
+        return StepPlan(decode, prefill, settle, turn)

@@ -6,10 +6,13 @@ the cells (tiled from 64 rows, split over the threads for one row past 512 cells
 and how its prompt was cut. Our patches to the same llama.cpp (patches/llama.cpp) add a switch,
 GGML_CPU_BATCH_INVARIANT=1, under which each of these takes one order per row whatever the batch, at llama.cpp's own
 speed (docs/cache-and-exactness.md). `make install` builds it (scripts/install-batch-invariant) beside
-llama-cpp-python's own; exact and off modes on the cpu backend load it and turn the switch on, for every weight type.
+llama-cpp-python's own; exact and off modes on the cpu backend load it and turn the switch on, for every weight type
+and LoRA adapter (an adapter's tensors, F16 or F32 as convert_lora_to_gguf.py writes them, are multiplied like
+weights: patch 0004 holds them to one order as it does F16 weights).
 Fast mode keeps llama-cpp-python's own build, and so does exact mode where the patched build is not installed (a
 plain pip install): it then falls back to holding llama.cpp to the kernels that ignore the batch without patches
-(kv_plan.py's pinned attention, ggml_switches.py), which F16/BF16/F32 weights and unfused attention cannot be.
+(kv_plan.py's pinned attention, ggml_switches.py), which F16/BF16/F32 weights or adapter tensors and unfused
+attention cannot be.
 llama-cpp-python binds its functions when imported, from LLAMA_CPP_LIB_PATH; ggml reads the switch when its CPU
 backend first initializes, which the import may do: both are set before it.
 """
@@ -66,6 +69,9 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
     lost = []
     if weights := sorted(set(weight_product_types(model)) & TINYBLAS_TYPES):
         lost.append(f"{'/'.join(weights)} weights")
+    if lora_types := sorted({kind for lora in config.lora for kind in weight_product_types(lora.path)}
+                            & TINYBLAS_TYPES):
+        lost.append(f"{'/'.join(lora_types)} LoRA adapter tensors")
     if config.attention().flash_attn == "off":  # K·Q and V·softmax: llamafile's GEMM over the F16 cells
         lost.append("attention without flash attention")
     if lost:

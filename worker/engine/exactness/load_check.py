@@ -15,6 +15,8 @@ decodes a row alone and beside another slot's rows, and on cells moved into anot
 backend and says what it found;
 it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (exactness/kv_plan.py,
 ggml_switches.py, build_choice.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
+With LoRA adapters loaded it measures again under all of them at once, so each adapter's own products (F16 or F32
+matrices, taken by the kernels such weights take: build_choice.py) are measured too; both must agree.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import llama_cpp
 
 from worker.engine.modes import SpecType
 from worker.engine.native.model import LlamaModel
+from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # The probe: PROBE_TOKENS prefilled as one chunk (as large as a real prompt's chunks, so that kernels which change
 # with size are taken), then, for each (kept, decoded), its cells from `kept` on made again: `decoded` of them one
@@ -74,11 +77,27 @@ def measure(model: LlamaModel) -> Numerics:
     config = model.config
     if model.n_ctx_seq < PROBE_TOKENS or min(config.batch_size, config.ubatch_size) < PROBE_TOKENS:
         return Numerics(None, None)
+    every_adapter = AdapterSet.of(dict.fromkeys(range(len(model.adapters.adapters)), 1.0))
+    found = [_measured(model, adapters) for adapters in dict.fromkeys((NO_ADAPTERS, every_adapter))]
+    model.adapters.use(NO_ADAPTERS)
+
+    def agreed(index: int) -> bool | None:
+        values = [each[index] for each in found]
+        return None if values[0] is None else all(values)
+
+    return Numerics(agreed(0), agreed(1), trusted=config.backend == "cpu" and not config.rpc_servers,
+                    verify_rows_exact=agreed(2), moved_cells_exact=agreed(3))
+
+
+def _measured(model: LlamaModel, adapters: AdapterSet) -> tuple[bool, bool, bool | None, bool | None]:
+    """decoded cells exact, rows independent of their batch, verify rows exact (None: no drafts), moved cells exact
+    (None: one slot), under `adapters`."""
+    config = model.config
+    model.adapters.use(adapters)
     verify = verify_rows_match_decodes(model) if config.spec_type is not SpecType.NONE else None
     several = config.parallel > 1
-    return Numerics(decode_matches_prefill(model), row_ignores_batch(model) if several else True,
-                    trusted=config.backend == "cpu" and not config.rpc_servers, verify_rows_exact=verify,
-                    moved_cells_exact=moved_cells_match(model) if several else None)
+    return (decode_matches_prefill(model), row_ignores_batch(model) if several else True, verify,
+            moved_cells_match(model) if several else None)
 
 
 def decode_matches_prefill(model: LlamaModel) -> bool:

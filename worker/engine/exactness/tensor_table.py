@@ -1,4 +1,5 @@
-"""A GGUF's tensor names and ggml types, read from its header without loading llama.cpp or any weight.
+"""A GGUF's tensor names and ggml types (and any string values asked for), read from its header without loading
+llama.cpp or any weight.
 
 The worker chooses its llama.cpp library (build_choice.py) and ggml settings (ggml_switches.py) from these before
 llama_cpp is imported, so ggml's own reader is out of reach. gguf-py's GGUFReader turns every metadata value into
@@ -80,21 +81,35 @@ class _Cursor:
 
 def tensor_table(path: Path) -> list[Tensor]:
     """Every tensor the GGUF declares; NotReadable for what is not a GGUF (v2/v3, little-endian)."""
+    return _header(path, frozenset())[1]
+
+
+def header_strings(path: Path, keys: frozenset[str]) -> dict[str, str]:
+    """The string values of `keys` the GGUF has (an adapter's general.architecture, say); NotReadable as above."""
+    return _header(path, keys)[0]
+
+
+def _header(path: Path, keys: frozenset[str]) -> tuple[dict[str, str], list[Tensor]]:
     try:
         with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            return _read(_Cursor(data))
+            return _read(_Cursor(data), keys)
     except (OSError, ValueError) as exc:  # missing, empty (mmap of 0 bytes), unreadable
         raise NotReadable(str(exc)) from None
 
 
-def _read(cursor: _Cursor) -> list[Tensor]:
+def _read(cursor: _Cursor, keys: frozenset[str]) -> tuple[dict[str, str], list[Tensor]]:
     magic, version = cursor.unpack("<4sI")
     if magic != MAGIC or version not in (2, 3):
         raise NotReadable(f"magic {magic!r}, version {version}")
     n_tensors, n_kv = cursor.unpack("<QQ")
+    strings = {}
     for _ in range(n_kv):
-        cursor.string()
-        cursor.skip_value(cursor.unpack("<I")[0])
+        key = cursor.string().decode(errors="replace")
+        (kind,) = cursor.unpack("<I")
+        if key in keys and kind == GGUFValueType.STRING:
+            strings[key] = cursor.string().decode(errors="replace")
+        else:
+            cursor.skip_value(kind)
     tensors = []
     for _ in range(n_tensors):
         name = cursor.string().decode(errors="replace")
@@ -102,7 +117,7 @@ def _read(cursor: _Cursor) -> list[Tensor]:
         cursor.unpack(f"<{dims}Q")
         kind, _offset = cursor.unpack("<IQ")
         tensors.append(Tensor(name, _type_name(kind), dims))
-    return tensors
+    return strings, tensors
 
 
 def _type_name(kind: int) -> str:

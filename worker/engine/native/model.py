@@ -15,6 +15,7 @@ from worker.engine.exactness import ggml_switches as kernels
 from worker.engine.exactness.build_choice import loaded_library
 from worker.engine.modes import CacheMode
 from worker.engine.native import llama_log
+from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
 from worker.engine.native.rpc import rpc_devices
 from worker.errors import WorkerError
@@ -33,10 +34,22 @@ FLASH_ATTN = {
     "on": llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED,
     "off": llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED,
 }
-# One vector per input, as /v1/embeddings answers; llama.cpp's none (a vector per token) and rank are not offered.
+# One vector per input, as /v1/embeddings answers; llama.cpp's none (a vector per token) is not offered, and rank
+# serves /v1/rerank (pooling/rerank.py) in a context of its own.
 POOLING = {"mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN, "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
            "last": llama_cpp.LLAMA_POOLING_TYPE_LAST}
-EMBEDDING_SEQS = 64  # inputs one embedding decode may hold (each is a sequence of its own)
+EMBEDDING_SEQS = 64  # inputs one pooled decode may hold (each is a sequence of its own)
+
+
+@dataclass(frozen=True)
+class Pooled:
+    """A context that pools each input into one output (pooling/embeddings.py feeds it): an embedding context
+    (--embeddings) or a reranker's rank head (its GGUF's pooling_type rank)."""
+
+    ctx: llama_cpp.llama_context_p
+    n_batch: int  # the most tokens one input may hold: pooling reads a whole input from one ubatch
+    width: int  # floats an output has: n_embd for an embedding, the head's outputs for a rank score
+    normalize: bool  # L2-normalized (embeddings), or as the head computes it (scores)
 
 
 # llama.cpp logs every buffer it allocates: "<buffer> model|KV|compute|output buffer size = <n> MiB".
@@ -95,14 +108,17 @@ class LlamaModel:
         buffers = DeviceBuffers()
         with llama_log.listening(buffers):
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
+            loaded = load_adapters(self.model, path, config.lora)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
             self.attention = config.attention(self._head_size_k(), self.kernels.batch_invariant)
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
-            self.embed_ctx: llama_cpp.llama_context_p | None  # the embedding context, with --embeddings
-            self.embed_ctx, self.embed_n_batch = (self._new_embedding_context(config, self.pooling) if self.pooling
-                                                  else (None, 0))
+            self.embedding = self._new_pooled_context(config, POOLING[self.pooling], "embedding",
+                                                      "start without --embeddings") if self.pooling else None
+            self.ranking = self._new_pooled_context(config, llama_cpp.LLAMA_POOLING_TYPE_RANK, "rank", "serve "
+                                                    "the model as a generative one") if self._gguf_ranks() else None
         self.device_bytes = buffers.bytes  # weights, KV cells and compute buffers off this machine's RAM
+        self.adapters = AdapterSwitch(self.ctx, loaded)  # the LoRA adapters the context runs under, call by call
         self.vocab = llama_cpp.llama_model_get_vocab(self.model)
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_embd = llama_cpp.llama_model_n_embd_out(self.model)  # an embedding's width
@@ -164,9 +180,9 @@ class LlamaModel:
                     f"V cache {attention.cache_type_v}, flash attention {attention.flash_attn}",
             "try a smaller --ctx-size, or other --cache-type-k/--cache-type-v/--flash-attn")
 
-    def _new_embedding_context(self, config: EngineConfig, pooling: str) -> tuple[llama_cpp.llama_context_p, int]:
-        """The context /v1/embeddings decodes in, on the same weights; and the most tokens one decode (and so
-        one input) may hold: pooling reads a whole input from one ubatch, so batch = ubatch = KV cells."""
+    def _new_pooled_context(self, config: EngineConfig, pooling: int, what: str, fix: str) -> Pooled:
+        """A context /v1/embeddings or /v1/rerank decodes in, on the same weights. Pooling reads a whole input from
+        one ubatch, so batch = ubatch = KV cells: the most tokens one input may hold."""
         size = min(config.ubatch_size, config.batch_size, self.n_ctx_train)
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = size
@@ -174,7 +190,7 @@ class LlamaModel:
         # One stream all a decode's inputs share, each its own sequence: cleared after every decode.
         params.kv_unified = True
         params.embeddings = True
-        params.pooling_type = POOLING[pooling]
+        params.pooling_type = pooling
         params.n_threads = params.n_threads_batch = config.threads
         params.no_perf = True
         # The same attention as generation: with flash attention held to its per-row kernel, each input's vector
@@ -182,9 +198,11 @@ class LlamaModel:
         params.flash_attn_type = FLASH_ATTN[self.attention.flash_attn]
         params.type_k = KV_CACHE_TYPES[self.attention.cache_type_k]
         params.type_v = KV_CACHE_TYPES[self.attention.cache_type_v]
-        ctx = self._init_context(params, f"an embedding context of {size} tokens ({self.pooling} pooling)",
-                                 "try a smaller --ubatch-size, or start without --embeddings")
-        return ctx, size
+        ctx = self._init_context(params, f"an {what} context of {size} tokens",
+                                 f"try a smaller --ubatch-size, or {fix}")
+        ranks = pooling == llama_cpp.LLAMA_POOLING_TYPE_RANK
+        width = llama_cpp.llama_model_n_cls_out(self.model) if ranks else llama_cpp.llama_model_n_embd_out(self.model)
+        return Pooled(ctx, size, width, normalize=not ranks)
 
     def _init_context(self, params: llama_cpp.llama_context_params, what: str, fix: str) -> llama_cpp.llama_context_p:
         llama_log.recent_errors.clear()
@@ -204,9 +222,16 @@ class LlamaModel:
 
     def _gguf_pooling(self) -> str | None:
         """The pooling the GGUF names (`<arch>.pooling_type`: embedding models have one, generative ones don't)."""
-        arch = self._meta("general.architecture")
-        value = self._meta(f"{arch}.pooling_type") if arch else None
+        value = self._pooling_type()
         return next((name for name, kind in POOLING.items() if str(kind) == value), None)
+
+    def _gguf_ranks(self) -> bool:
+        """Whether the GGUF is a reranker: pooling_type rank, its classification head llama.cpp's to run."""
+        return self._pooling_type() == str(llama_cpp.LLAMA_POOLING_TYPE_RANK)
+
+    def _pooling_type(self) -> str | None:
+        arch = self._meta("general.architecture")
+        return self._meta(f"{arch}.pooling_type") if arch else None
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)
@@ -286,12 +311,26 @@ class LlamaModel:
             known = self._eog[token] = llama_cpp.llama_vocab_is_eog(self.vocab, token)
         return known
 
-    def chat_template(self) -> str | None:
-        raw = llama_cpp.llama_model_chat_template(self.model, None)
+    def chat_template(self, name: str | None = None) -> str | None:
+        """The GGUF's chat template, or its template called `name` (a reranker's "rerank"); None: it has none."""
+        raw = llama_cpp.llama_model_chat_template(self.model, name.encode() if name else None)
         return raw.decode("utf-8") if raw else None
+
+    def pair_tokens(self, first: str, second: str) -> list[int]:
+        """Two texts as one input, as llama-server gives a rank head a query and a document:
+        [BOS] first [EOS] [SEP] second [EOS], each special token where the vocab asks for it (SEP for a missing EOS)."""
+        vocab = self.vocab
+        eos = llama_cpp.llama_vocab_eos(vocab)
+        eos = eos if eos != llama_cpp.LLAMA_TOKEN_NULL else llama_cpp.llama_vocab_sep(vocab)
+        ends = [eos] if llama_cpp.llama_vocab_get_add_eos(vocab) else []
+        tokens = [llama_cpp.llama_vocab_bos(vocab)] if self.add_bos else []
+        tokens += self.tokenize(first, add_special=False, parse_special=False) + ends
+        tokens += [llama_cpp.llama_vocab_sep(vocab)] if llama_cpp.llama_vocab_get_add_sep(vocab) else []
+        return tokens + self.tokenize(second, add_special=False, parse_special=False) + ends
 
     def close(self) -> None:
         llama_cpp.llama_free(self.ctx)
-        if self.embed_ctx:
-            llama_cpp.llama_free(self.embed_ctx)
+        for pooled in (self.embedding, self.ranking):
+            if pooled is not None:
+                llama_cpp.llama_free(pooled.ctx)
         llama_cpp.llama_model_free(self.model)

@@ -21,9 +21,18 @@ class LogprobReader:
         self._n_vocab = n_vocab
         self._piece = piece  # token -> bytes
 
+    def _row(self, row: int) -> np.ndarray:
+        """Logits row `row` of the last llama_decode call (a view of llama.cpp's buffer: read it before the next)."""
+        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, row), shape=(self._n_vocab,))
+
+    def logits(self, row: int, tokens: tuple[int, ...]) -> tuple[float, ...]:
+        """The raw logits of `tokens` in row `row`: a rerank's yes and no (pooling/rerank.py)."""
+        logits = self._row(row)
+        return tuple(float(logits[token]) for token in tokens)
+
     def read(self, row: int, token: int, n_top: int) -> TokenLogprob:
         """The entry for `token`, sampled from logits row `row` of the last llama_decode call."""
-        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(self._ctx, row), shape=(self._n_vocab,))
+        logits = self._row(row)
         peak = float(logits.max())
         log_total = peak + float(np.log(np.exp(logits - peak, dtype=np.float64).sum()))
         top: tuple[Alternative, ...] = ()

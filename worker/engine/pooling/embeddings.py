@@ -1,4 +1,5 @@
-"""Embeddings: a second llama context on the same weights, fed on the engine thread between generation steps.
+"""Embeddings (and a reranker's rank scores): a pooled llama context on the same weights, fed on the engine thread
+between generation steps.
 
 Pooling (mean, cls, last) reads a whole input from one ubatch, so that context's batch and ubatch are one size
 and no input may be longer. One decode takes as many waiting inputs as fit, oldest first, each as its own
@@ -23,11 +24,12 @@ import llama_cpp
 import structlog
 
 from worker.engine.errors import EmbeddingFailed, UnfitInputs
-from worker.engine.native.model import LlamaModel
+from worker.engine.native.model import Pooled
 
 log = structlog.get_logger(__name__)
 
-Vector = array  # of 'f' (float32), L2-normalized
+EMBEDDINGS, RANK = "embeddings", "rank"  # the pooled contexts a model may have: --embeddings', a reranker's head
+Vector = array  # of 'f' (float32): L2-normalized embeddings, or a rank head's raw outputs
 ROW_ALIGN = 16  # a multiple of the widest float vector (AVX-512: 16 lanes); the filler costs up to 15 rows an input
 FILLER_TOKEN = 0  # any token of the vocab: the filler sequence's output is never read
 
@@ -66,14 +68,15 @@ def check_inputs(inputs: list[list[int]], limit: int) -> None:
 
 
 class Embedder:
-    """Packs waiting inputs into decodes of the embedding context and hands out their vectors (engine thread only)."""
+    """Packs waiting inputs into decodes of a pooled context and hands out their outputs (engine thread only)."""
 
-    def __init__(self, model: LlamaModel) -> None:
-        self.ctx = model.embed_ctx
+    def __init__(self, pooled: Pooled) -> None:
+        self.ctx = pooled.ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)  # none for encoder-only models: nothing to clear
-        self.n_batch = model.embed_n_batch
+        self.n_batch = pooled.n_batch
         self.filler_seq = llama_cpp.llama_n_seq_max(self.ctx) - 1  # the last sequence id; the inputs take the others
-        self.n_embd = model.n_embd
+        self.width = pooled.width
+        self.normalize = pooled.normalize
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
 
     def plan(self, jobs: deque[EmbeddingJob]) -> list[Row]:
@@ -130,7 +133,9 @@ class Embedder:
 
     def _vector(self, seq: int) -> Vector:
         pooled = llama_cpp.llama_get_embeddings_seq(self.ctx, seq)
-        raw = array("f", pooled[:self.n_embd])
+        raw = array("f", pooled[:self.width])
+        if not self.normalize:  # a rank head's scores, as it computes them
+            return raw
         # Euclidean norm, as llama-server's default (embd_normalize 2), summed in double precision.
         norm = math.hypot(*raw)
         scale = 1.0 / norm if norm > 0 else 0.0
