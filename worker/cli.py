@@ -267,9 +267,6 @@ def serve(**flags: Any) -> None:
 @click.argument("name", required=False)
 @_quant
 @_models_file
-@_option("--mmproj", env="MMPROJ", section=MODEL, type=click.Path(dir_okay=False, path_type=Path), default=None,
-         help="A multimodal projector (mmproj-*.gguf) made for the model: chat messages may then hold images. "
-              "[default: a models.toml entry's mmproj]")
 @_log_format
 @_log_level
 def pull(name: str | None, quant: str | None, models_file: Path | None, log_format: str | None, log_level: str) -> None:
