@@ -4,8 +4,9 @@
 Two steering adapters are made from the model (bench/adapters.py) and both servers load them (--lora A --lora B).
 CLIENTS closed-loop clients each stream REQUESTS completions back to back, client i under adapter i % 2 through
 the request's own `lora` list (llama-server's field), every request MAX_TOKENS greedy tokens; then the same
-clients on the base model (`lora: []`), and on llm-worker with every client under one adapter, so that what the
-adapter groups' turns cost (worker/engine/core/turns.py) stands apart from what an adapter's products cost.
+clients on the base model (every adapter at scale 0), and on llm-worker with every client under one adapter, so
+that what the adapter groups' turns cost (worker/engine/core/turns.py) stands apart from what an adapter's
+products cost.
 Reports aggregate tok/s and the streams' inter-token gaps. Run: .venv/bin/python bench/run.py lora [--publish]
 (bench/LORA.md; docs/models.md, "LoRA adapters")
 """
@@ -28,6 +29,7 @@ from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find
 from bench.report import environment, machine_line, publish
 from bench.servers import running_server
 
+STEERED = (ZEBRA, PURPLE)  # the tokens the two adapters both servers load raise
 PROMPT = "Write a short story about a lighthouse keeper who finds a map in a bottle on the beach."
 
 
@@ -36,7 +38,10 @@ async def load(url: str, args: argparse.Namespace, adapter_of: list[int | None])
     results: list[RequestResult] = []
 
     async def client(i: int) -> None:
-        lora = [] if adapter_of[i] is None else [{"id": adapter_of[i], "scale": 1.0}]
+        # The base model is every adapter at scale 0: llama-server reads `lora: []` as "the loaded adapters at their
+        # --lora scales" (both here), where llm-worker reads it as none.
+        lora = ([{"id": adapter, "scale": 0.0} for adapter in range(len(STEERED))] if adapter_of[i] is None
+                else [{"id": adapter_of[i], "scale": 1.0}])
         body = {"prompt": f"{PROMPT} ({i})", "max_tokens": args.max_tokens, "temperature": 0, "stream": True,
                 "stream_options": {"include_usage": True}, "lora": lora}
         for _ in range(args.requests):
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = ["# llm-worker LoRA benchmark", ""]
     with tempfile.TemporaryDirectory() as tmp:
         base = Base.read(model)
-        adapters = [str(steering_adapter(base, token, Path(tmp) / f"{token}.gguf")) for token in (ZEBRA, PURPLE)]
+        adapters = [str(steering_adapter(base, token, Path(tmp) / f"{token}.gguf")) for token in STEERED]
         lora_flags = tuple(flag for path in adapters for flag in ("--lora", path))
         cfg = BenchConfig(
             model=model, servers=(WORKER, LLAMA_SERVER), prompt_lengths=(), concurrencies=(), requests_per_client=1,
@@ -80,11 +85,14 @@ def main(argv: list[str] | None = None) -> int:
                   "| server | adapters per client | tok/s | ITL p50 ms | ITL p99 ms |", "|---|---|---|---|---|"]
         alternating = [i % 2 for i in range(args.clients)]
         runs = {WORKER: {"two, alternating": alternating, "one, all": [0] * args.clients,
-                         "none (lora [])": [None] * args.clients},
-                LLAMA_SERVER: {"two, alternating": alternating, "none (lora [])": [None] * args.clients}}
+                         "none (every scale 0)": [None] * args.clients},
+                LLAMA_SERVER: {"two, alternating": alternating, "none (every scale 0)": [None] * args.clients}}
         tok_s = {}
         for server, loads in runs.items():
             with running_server(server, replace(cfg, out_dir=args.out)) as (url, _proc, _sampler, _startup, _argv):
+                # A round unmeasured first: a fresh server's first calls under each set cost more (its compute
+                # buffers are first touched then), and whichever load ran first paid for it.
+                asyncio.run(load(url, argparse.Namespace(**{**vars(args), "requests": 1}), alternating))
                 for label, adapter_of in loads.items():
                     rate, gaps = asyncio.run(load(url, args, adapter_of))
                     tok_s[server, label] = rate

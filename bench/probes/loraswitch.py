@@ -25,12 +25,15 @@ from bench.adapters import PURPLE, ZEBRA, Base, steering_adapter
 from bench.config import find_model
 from worker.engine.config import EngineConfig, Lora
 from worker.engine.exactness.build_choice import choose_library, load_library
+from worker.logs import configure
 
 SLOTS, CONTEXT, ROUNDS = 8, 300, 7
 TOKENS = (ZEBRA, PURPLE)
 
 
 def main() -> None:
+    # At debug level llama.cpp's ~1,000 lines a schedule rebuild reach the console and triple a switch's time.
+    configure("console", "warning")
     path = find_model(sys.argv[1] if len(sys.argv) > 1 else None)
     with tempfile.TemporaryDirectory() as tmp:
         base = Base.read(path)

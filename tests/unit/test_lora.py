@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections import deque
 from pathlib import Path
 
 import click
@@ -69,14 +70,16 @@ def test_lora_flags_read_a_scale_after_the_last_colon():
         _lora_refs(None, None, ("a.gguf:nan",))
 
 
-def test_sets_take_turns_of_ten_switches_each_and_the_longest_waiting_goes_next():
+def test_sets_take_turns_of_ten_switches_and_two_steps_each_and_the_longest_waiting_goes_next():
     turns = Turns()
     switch = 0.04
     turn = switch / SWITCH_SHARE
     assert turns.choose([A], NO_ADAPTERS, switch, now=0.0) == A  # the only set with work: at once
-    assert turns.choose([A, B], A, switch, now=1.0) == B  # A's turn (from 0) is over: B has waited
+    assert turns.choose([A, B], A, switch, now=1.0) == A  # A's turn is long over, but a turn is two steps at least
+    assert turns.choose([A, B], A, switch, now=1.0) == B  # now B, which has waited
     assert turns.choose([A, B], B, switch, now=1.0 + turn / 2) == B  # B keeps the context for its turn
     assert turns.choose([A, B, NO_ADAPTERS], B, switch, now=1.1 + turn) == NO_ADAPTERS  # never served yet
+    assert turns.choose([A, B, NO_ADAPTERS], NO_ADAPTERS, switch, now=1.2 + turn) == NO_ADAPTERS  # its 2nd step
     assert turns.choose([A, B, NO_ADAPTERS], NO_ADAPTERS, switch, now=1.2 + 2 * turn) == A  # then A: longest wait
     assert turns.choose([B], A, switch, now=1.2 + 2 * turn) == B  # A's requests are done: B at once
     assert turns.choose([B], B, switch, now=100.0) == B  # alone, a set keeps the context
@@ -89,6 +92,29 @@ def sequence(prompt: list[int], adapters: AdapterSet, slot: int, state: Sequence
     return seq
 
 
+def test_requests_of_each_adapter_set_are_placed_on_adjacent_slots():
+    """A set's step decodes its rows in one micro-batch per run of adjacent slots (slot_runs.py): a burst of
+    requests alternating between two sets fills slots 0-3 with one set and 4-7 with the other, where the least
+    recently used order would have interleaved them."""
+    scheduler = Scheduler(PrefixCache(CacheMode.EXACT, 8), budget=256)
+    burst = [Sequence(Request(prompt_tokens=[7, i, 8, 9], max_tokens=8, adapters=(A, B)[i % 2])) for i in range(8)]
+    admitted = scheduler.admit(deque(burst), list(range(8)), [])
+    slots = {sets: sorted(a.slot for a in admitted if a.sequence.request.adapters == sets) for sets in (A, B)}
+    assert slots == {A: [0, 1, 2, 3], B: [4, 5, 6, 7]}
+    # One set alone is placed as the prefix cache alone chooses; a long reuse keeps its slot beside another set.
+    alone = Scheduler(PrefixCache(CacheMode.EXACT, 8), budget=256)
+    assert [a.slot for a in alone.admit(deque(burst[::2]), list(range(8)), [])] == [0, 1, 2, 3]
+    cache = PrefixCache(CacheMode.EXACT, 8)
+    for slot in range(8):
+        cache.claim(slot)
+    cache.release(2, PROMPT, prefilled=len(PROMPT), adapters=A)
+    under_b = sequence(PROMPT, B, 0, SequenceState.DECODING, 10)
+    (admission,) = Scheduler(cache, budget=256).admit(deque([Sequence(Request(prompt_tokens=[*PROMPT, 5],
+                                                                              max_tokens=8, adapters=A))]),
+                                                       [1, 2, 3, 4, 5, 6, 7], [under_b])
+    assert (admission.slot, admission.reuse) == (2, len(PROMPT) // 16 * 16)
+
+
 def test_a_step_runs_one_adapter_set_and_the_others_wait_their_turn():
     pace = Pace(switch_s=0.04)
     scheduler = Scheduler(PrefixCache(CacheMode.EXACT, 4), budget=256, pace=pace)
@@ -96,7 +122,7 @@ def test_a_step_runs_one_adapter_set_and_the_others_wait_their_turn():
     under_b = sequence(PROMPT, B, 1, SequenceState.DECODING, len(PROMPT))
     prefilling_b = sequence(PROMPT, B, 2, SequenceState.PREFILLING, 0)
     running = [under_a, under_b, prefilling_b]
-    scheduler.turns.since = time.monotonic()  # A's turn has just begun
+    scheduler.turns.since, scheduler.turns.steps = time.monotonic(), 1  # A's turn has just begun: its first step ran
     plan = scheduler.plan(running, [3], 0, False, adapters=A)
     assert plan.adapters == A and plan.decode == [under_a] and plan.prefill == []
     scheduler.turns.since -= 1.0  # and now it is over (0.4 s: ten switches of 40 ms)

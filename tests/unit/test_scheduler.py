@@ -126,7 +126,7 @@ def test_prefill_beside_running_streams_is_held_to_the_measured_pace():
     """Every running stream waits for a step's prefill: while any decodes, a step prefills only what fits in
     STALL_FACTOR decode steps at the measured speed (whole blocks); with none decoding, the whole budget."""
     pace = Pace()
-    pace.observe_decode(0.050)  # a step of decode rows: 50 ms
+    pace.observe_decode(0.050, 1)  # a step of decode rows: 50 ms
     pace.observe_prefill(0.640, 256)  # 2.5 ms a prompt token
     plan = Scheduler(PrefixCache(CacheMode.EXACT, 4), budget=256, pace=pace).plan
     new = running(list(range(10, 510)), slot=1, n_past=0, state=SequenceState.PREFILLING)

@@ -140,6 +140,10 @@ class PrefixCache:
             return self.least_recently_used(free_slots)
         return max(in_place, key=lambda slot: (own[slot], -self._records[slot].last_used))
 
+    def record(self, slot: int) -> SlotRecord:
+        """What the slot's stream holds."""
+        return self._records[slot]
+
     def least_recently_used(self, free_slots: list[int]) -> int:
         """The free slot whose cells are the least likely to be asked for again."""
         return min(free_slots, key=lambda slot: self._records[slot].last_used)

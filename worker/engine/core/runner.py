@@ -122,8 +122,8 @@ class ModelRunner:
         if not self._decode(rows, events):
             return
         seconds = self.decode_s - started
-        if not self._switch_took(seconds, self.pace.decode_step_s):
-            self.pace.observe_decode(seconds)
+        if not self._switch_took(seconds, self.pace.decode_call_s.get(len(rows))):
+            self.pace.observe_decode(seconds, len(rows))
         if speculator:
             speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
         now, row, generated = time.monotonic(), 0, 0
@@ -136,9 +136,9 @@ class ModelRunner:
         if speculator:
             speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
-    def _switch_took(self, seconds: float, usual: float) -> bool:
+    def _switch_took(self, seconds: float, usual: float | None) -> bool:
         """After an adapter switch, the first call's time over its usual time is the switch's (core/turns.py);
-        True then: the call is no sample of its usual pace."""
+        True then: the call is no sample of its usual pace. `usual` None or 0: not measured yet."""
         if not self._switched:
             return False
         self._switched = False

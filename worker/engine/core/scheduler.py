@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from worker.engine.cache.disk_cache import DiskStats
 from worker.engine.cache.host_cache import SavedCells
 from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
 from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.core.slot_runs import MOVE_MAX_CELLS, beside_own_set
 from worker.engine.core.turns import Turns
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
@@ -67,9 +68,14 @@ class Pace:
     decode_step_s: float = 0.0
     prefill_token_s: float = 0.0
     switch_s: float = 0.0  # what changing the context's LoRA adapters adds to the call after it (turns.py)
+    # A decode call's time by its rows: what the call after a switch is measured against. The average over all
+    # steps will not do: under two adapter sets a call holds half the rows of the steps before it, so the
+    # switch's cost would read as nothing and the sets would switch every step.
+    decode_call_s: dict[int, float] = field(default_factory=dict)
 
-    def observe_decode(self, seconds: float) -> None:
+    def observe_decode(self, seconds: float, rows: int) -> None:
         self.decode_step_s = _smooth(self.decode_step_s, seconds)
+        self.decode_call_s[rows] = _smooth(self.decode_call_s.get(rows, 0.0), seconds)
 
     def observe_switch(self, seconds: float) -> None:
         self.switch_s = _smooth(self.switch_s, max(0.0, seconds))
@@ -145,6 +151,7 @@ class Scheduler:
         streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)), seq.request.adapters)
                    for seq in running}
         prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
+        sets = {seq.slot: seq.request.adapters for seq in running}  # and of those admitted so far
         for sequence in list(waiting):
             if len(free_slots) <= len(sequence.forks):
                 break
@@ -154,6 +161,7 @@ class Scheduler:
                 choice = self.cache.choose(sequence.prompt, free_slots, streams, sequence.request.adapters)
                 if self._prefilling_more(sequence, prefilling, choice.cells):
                     continue
+                choice = self._placed(choice, sequence, free_slots, sets)
             waiting.remove(sequence)
             free_slots.remove(choice.slot)
             if choice.saved is not None:  # this request's now: no other may load it too
@@ -161,12 +169,25 @@ class Scheduler:
                 assert host is not None  # saved cells come from the host cache
                 host.take(choice.saved)
             admitted.append(Admission(sequence, choice.slot, choice.cells, choice.source, choice.saved))
+            sets[choice.slot] = sequence.request.adapters
             prefilling.append(sequence)  # from this step on: a burst's later requests wait for its cells
             for fork in sequence.forks:
                 slot = self.cache.least_recently_used(free_slots)
                 free_slots.remove(slot)
                 admitted.append(Admission(fork, slot, 0))
         return admitted
+
+    def _placed(self, choice: Reuse, sequence: Sequence, free_slots: list[int], sets: dict[int, AdapterSet]) -> Reuse:
+        """The choice, or, beside requests under other LoRA adapter sets, a slot next to its own set's when the
+        choice reuses little of its own slot's cells (slot_runs.py)."""
+        adapters = sequence.request.adapters
+        if (choice.source is not None or choice.saved is not None or choice.cells > MOVE_MAX_CELLS
+                or all(held == adapters for held in sets.values())):
+            return choice
+        slot = beside_own_set(free_slots, sets, adapters)
+        if slot == choice.slot:
+            return choice
+        return Reuse(slot, self.cache.reusable(self.cache.record(slot), sequence.prompt, adapters))
 
     def _prefilling_more(self, sequence: Sequence, prefilling: list[Sequence], reuse: int) -> bool:
         """Whether a request still prefilling will hold COPY_MIN_GAIN more of the sequence's prompt than `reuse`:
