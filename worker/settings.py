@@ -14,6 +14,11 @@ from worker.errors import WorkerError
 from worker.logs import default_format
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
+IMAGE_MAX_BYTES = 20 * 2**20  # OpenAI's limit for one image
+# 40 MP: a 3 bytes-a-pixel decode of 120 MB before mtmd resizes it to the projector's size; a phone photo is 12-50 MP.
+IMAGE_MAX_PIXELS = 40_000_000
+MEDIA_FETCH_TIMEOUT = 10.0  # seconds for one image URL, as llama-server's
+MEDIA_MAX_REDIRECTS = 3  # a CDN's redirect or two; a chain past it is refused rather than followed on
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,18 @@ class LoraRef:
 
     ref: str
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class MediaSettings:
+    """Where a request's images may come from and how big they may be (--media-urls, --media-path, the limits).
+    URLs are off by default: a worker that fetches what it is handed is a way into its network."""
+
+    max_bytes: int = IMAGE_MAX_BYTES
+    max_pixels: int = IMAGE_MAX_PIXELS
+    fetch_urls: bool = False  # http(s) image URLs, fetched by the worker
+    fetch_timeout: float = MEDIA_FETCH_TIMEOUT  # seconds for one URL, redirects and body included
+    media_path: Path | None = None  # file:// URLs read only under this folder (resolved); None: refused
 
 
 @dataclass(frozen=True)
@@ -49,6 +66,7 @@ class Settings:
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
     lora: tuple[LoraRef, ...] = ()  # LoRA adapters to load on the model, in id order
     lora_init_without_apply: bool = False  # requests that name no adapter run on the base model
+    media: MediaSettings = field(default_factory=MediaSettings)  # what requests' images may be
 
 
 def settings_from_flags(flags: dict) -> Settings:
@@ -98,6 +116,9 @@ def settings_from_flags(flags: dict) -> Settings:
         quantize=flags["quantize"],
         lora=flags["lora"],
         lora_init_without_apply=flags["lora_init_without_apply"],
+        media=MediaSettings(flags["image_max_bytes"], flags["image_max_pixels"], flags["media_urls"],
+                            flags["media_fetch_timeout"],
+                            flags["media_path"].resolve() if flags["media_path"] else None),
     )
 
 
