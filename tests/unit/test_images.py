@@ -129,7 +129,8 @@ def test_an_audio_part_says_why_it_is_refused(modalities, why):
                    intake=MediaIntake(modalities=modalities))
     (problem,) = refused.value.problems
     assert problem.field == "messages[0].content[0]"
-    assert problem.message.startswith("messages[0].content[0]: audio input is not supported: ") and why in problem.message
+    assert problem.message.startswith("messages[0].content[0]: audio input is not supported: ")
+    assert why in problem.message
 
 
 def test_runs_cut_a_chunk_where_text_meets_an_image_and_images_meet():

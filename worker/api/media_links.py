@@ -46,7 +46,8 @@ async def read_links(images: tuple[ImageInput | ImageLink, ...], media: MediaSet
 async def _fetch(r: Reader, session: aiohttp.ClientSession, link: ImageLink, media: MediaSettings) -> bytes | None:
     field, url = link.field, link.url
     try:
-        async with session.get(url, max_redirects=MEDIA_MAX_REDIRECTS) as response:
+        # aiohttp refuses the redirect that makes its history max_redirects long: one more lets that many through
+        async with session.get(url, max_redirects=MEDIA_MAX_REDIRECTS + 1) as response:
             if response.status != 200:
                 r.problem(field, "a URL that answers 200", f"{field}: {url} answered HTTP {response.status} "
                           f"{response.reason or ''}".rstrip(), response.status)
