@@ -117,9 +117,10 @@ def cli() -> None:
               "a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  [default: the registry's default model]")
 @_quant
 @_models_file
-@_option("--mmproj", env="MMPROJ", section=MODEL, type=click.Path(dir_okay=False, path_type=Path), default=None,
-         help="A multimodal projector (mmproj-*.gguf) made for the model: chat messages may then hold images. "
-              "[default: a models.toml entry's mmproj]")
+@_option("--mmproj", env="MMPROJ", section=MODEL, default=None, metavar="PATH|hf:REPO",
+         help="A multimodal projector made for the model: chat messages may then hold images. A .gguf path, or "
+              "hf:owner/repo[/file.gguf][@revision], downloaded with the model: a repo's only mmproj*.gguf, or the "
+              "one of the model file's type (F16, BF16, Q8_0, ...).  [default: a models.toml entry's mmproj]")
 @_convert_type_option("--convert-type")
 @_quantize_option("--quantize")
 @_option("--lora", "lora", env="LORA", section=MODEL, multiple=True, callback=_lora_refs, metavar="PATH[:SCALE]",

@@ -12,6 +12,8 @@ from worker.engine.exactness.build_choice import expects_batch_invariant
 from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 from worker.logs import default_format
+from worker.source.projector import projector_source
+from worker.source.registry import ProjectorSource
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 IMAGE_MAX_BYTES = 20 * 2**20  # OpenAI's limit for one image
@@ -64,6 +66,8 @@ class Settings:
     engine: EngineConfig = field(default_factory=EngineConfig)
     convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
+    # The projector: fetched beside the model at load, and then the engine's mmproj file; None: models.toml's, if any.
+    mmproj: ProjectorSource | None = None
     lora: tuple[LoraRef, ...] = ()  # LoRA adapters to load on the model, in id order
     lora_init_without_apply: bool = False  # requests that name no adapter run on the base model
     media: MediaSettings = field(default_factory=MediaSettings)  # what requests' images may be
@@ -74,7 +78,7 @@ def settings_from_flags(flags: dict) -> Settings:
     engine_fields = {name: flags[name] for name in (
         "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue", "cache_ram",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
-        "model_draft", "draft_max", "draft_min", "mmproj",
+        "model_draft", "draft_max", "draft_min",
     )}
     backend = flags["backend"].lower()
     ubatch = flags["ubatch_size"]
@@ -90,8 +94,8 @@ def settings_from_flags(flags: dict) -> Settings:
         engine_fields["threads"] = flags["threads"]
     engine_fields.update(kv_dir_fields(flags))
     engine = EngineConfig(backend=backend, **engine_fields)
-    # flags that would break exact mode's promise stop here, before any model loads
-    engine.attention(batch_invariant=expects_batch_invariant(engine))
+    # flags that would break exact mode's promise stop here, before any model (or hub projector) is fetched
+    engine.attention(batch_invariant=expects_batch_invariant(engine, projector=bool(flags["mmproj"])))
     return Settings(
         model=flags["model"],
         model_ref=flags["model_ref"],
@@ -114,6 +118,7 @@ def settings_from_flags(flags: dict) -> Settings:
         engine=engine,
         convert_type=flags["convert_type"],
         quantize=flags["quantize"],
+        mmproj=projector_source(flags["mmproj"]) if flags["mmproj"] else None,
         lora=flags["lora"],
         lora_init_without_apply=flags["lora_init_without_apply"],
         media=MediaSettings(flags["image_max_bytes"], flags["image_max_pixels"], flags["media_urls"],

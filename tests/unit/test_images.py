@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vision_helpers import png
+from tests.vision_helpers import data_url, png
 from worker.api.images import ImageLink, MediaIntake, image_from_url, image_size
 from worker.api.openai.request import parse_chat
 from worker.api.problems import InvalidRequest, Reader
@@ -18,10 +18,7 @@ from worker.engine.prompt.media import MEDIA_MARKER, MediaSpan, runs, stand_ins,
 from worker.errors import WorkerError
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MediaSettings
 from worker.source import load_registry
-
-
-def data_url(data: bytes, mime: str = "image/png") -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+from worker.source.registry import HubSource, PathSource
 
 
 def read(url: object, media: MediaSettings = MediaSettings()) -> tuple[object, list[str]]:
@@ -148,13 +145,20 @@ def test_stand_ins_are_the_same_for_the_same_pixels_and_never_a_token():
     assert all(token < 0 for token in stand_ins(2**64 - 1, 16))
 
 
-def test_models_toml_mmproj_is_read_beside_the_file(tmp_path: Path):
+def test_models_toml_mmproj_is_read_beside_the_file_or_from_the_hub(tmp_path: Path):
     extra = tmp_path / "models.toml"
-    extra.write_text('[models.v]\nmmproj = "mmproj-v.gguf"\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
-    assert load_registry(extra).entries["v"].defaults.mmproj == tmp_path / "mmproj-v.gguf"
-    extra.write_text('[models.v]\nmmproj = 3\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
+
+    def mmproj(value: str) -> object:
+        extra.write_text(f'[models.v]\nmmproj = {value}\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
+        return load_registry(extra).entries["v"].defaults.mmproj
+
+    assert mmproj('"mmproj-v.gguf"') == PathSource(tmp_path / "mmproj-v.gguf")
+    assert mmproj('"hf:o/r"') == HubSource("o/r")
+    assert mmproj('"hf:o/r/mmproj-v-f16.gguf@v1"') == HubSource("o/r", file="mmproj-v-f16.gguf", revision="v1")
     with pytest.raises(WorkerError, match="mmproj must be the path of a projector GGUF"):
-        load_registry(extra)
+        mmproj("3")
+    with pytest.raises(WorkerError, match=r"models.toml: model 'v': mmproj 'hf:o' is not a hub model name; write"):
+        mmproj('"hf:o"')
 
 
 def test_anthropic_image_blocks_become_markers_and_a_url_source_is_refused():
