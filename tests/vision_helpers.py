@@ -15,6 +15,7 @@ refuses such a pair at load (tests/e2e/test_vision.py), and janus_pro takes no m
 
 from __future__ import annotations
 
+import base64
 import struct
 import zlib
 from pathlib import Path
@@ -29,6 +30,7 @@ SCALE = 10.0  # the first layer's gain: past GELU's bend
 COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255)}
 # The word each channel turns into: the token the model reads where the image is.
 WORDS = (" red", " green", " blue")
+QUESTION = "Which colour is shown?"
 
 
 def token_embeddings(model: Path, words: tuple[str, ...]) -> np.ndarray:
@@ -99,3 +101,13 @@ def png(rgb: tuple[int, int, int], width: int = IMAGE_SIZE, height: int = IMAGE_
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", raw) + chunk(b"IEND", b"")
+
+
+def data_url(data: bytes, mime: str = "image/png") -> str:
+    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
+
+
+def image_message(*images: bytes, text: str = QUESTION) -> list[dict]:
+    """One OpenAI user message: the images as image_url parts, then the text."""
+    parts = [{"type": "image_url", "image_url": {"url": data_url(image)}} for image in images]
+    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]

@@ -16,7 +16,7 @@ from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.engine.config import DRAFT_MAX, MAX_DRAFT
 from worker.errors import WorkerError
 from worker.logs import configure as configure_logs
-from worker.settings import LoraRef
+from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
 
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
@@ -117,9 +117,10 @@ def cli() -> None:
               "a models.toml alias, or hf:owner/repo[/file.gguf][@revision].  [default: the registry's default model]")
 @_quant
 @_models_file
-@_option("--mmproj", env="MMPROJ", section=MODEL, type=click.Path(dir_okay=False, path_type=Path), default=None,
-         help="A multimodal projector (mmproj-*.gguf) made for the model: chat messages may then hold images. "
-              "[default: a models.toml entry's mmproj]")
+@_option("--mmproj", env="MMPROJ", section=MODEL, default=None, metavar="PATH|hf:REPO",
+         help="A multimodal projector made for the model: chat messages may then hold images. A .gguf path, or "
+              "hf:owner/repo[/file.gguf][@revision], downloaded with the model: a repo's only mmproj*.gguf, or the "
+              "one of the model file's type (F16, BF16, Q8_0, ...).  [default: a models.toml entry's mmproj]")
 @_convert_type_option("--convert-type")
 @_quantize_option("--quantize")
 @_option("--lora", "lora", env="LORA", section=MODEL, multiple=True, callback=_lora_refs, metavar="PATH[:SCALE]",
@@ -237,6 +238,26 @@ def cli() -> None:
 @_option("--request-timeout", env="REQUEST_TIMEOUT", section=SERVER, type=click.FloatRange(min=0, min_open=True),
          default=None,
          help="Seconds a request may take from arrival; past it, it ends with a TIMEOUT error.  [default: none]")
+@_option("--media-urls", env="MEDIA_URLS", section=SERVER, is_flag=True, default=False,
+         help="Fetch http(s) image URLs that requests send (off: only inline data: images). The worker then reaches "
+              "whatever those URLs name, from its own network: turn it on only where that is safe. Each fetch is "
+              f"held to --media-fetch-timeout, {MEDIA_MAX_REDIRECTS} redirects and --image-max-bytes (reading stops "
+              "there).")
+@_option("--media-fetch-timeout", env="MEDIA_FETCH_TIMEOUT", section=SERVER,
+         type=click.FloatRange(min=0, min_open=True), default=MEDIA_FETCH_TIMEOUT, show_default=True,
+         metavar="SECONDS", help="Seconds one --media-urls fetch may take, redirects and body included.")
+@_option("--media-path", env="MEDIA_PATH", section=SERVER,
+         type=click.Path(exists=True, file_okay=False, path_type=Path), default=None, metavar="DIR",
+         help="Read file:// image URLs, only for files under DIR once symlinks and .. are resolved: "
+              "file://cat.png is DIR/cat.png (as llama-server's --media-path), file:///abs/path must lie in DIR.  "
+              "[default: file:// URLs refused]")
+@_option("--image-max-bytes", env="IMAGE_MAX_BYTES", section=SERVER, type=click.IntRange(min=1),
+         default=IMAGE_MAX_BYTES, show_default=True, metavar="BYTES",
+         help="Largest image file a request may send or name (inline, URL or file).")
+@_option("--image-max-pixels", env="IMAGE_MAX_PIXELS", section=SERVER, type=click.IntRange(min=1),
+         default=IMAGE_MAX_PIXELS, show_default=True, metavar="PIXELS",
+         help="Largest image (width x height, read from its header before decoding): a small file can claim "
+              "gigapixels, and decoding allocates what it claims.")
 @_option("--api-key", env="API_KEY", section=SERVER, default=None,
          help="Bearer token every route but /health requires (LLORCH_API_TOKEN is accepted too).")
 @_log_format

@@ -12,8 +12,15 @@ from worker.engine.exactness.build_choice import expects_batch_invariant
 from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 from worker.logs import default_format
+from worker.source.projector import projector_source
+from worker.source.registry import ProjectorSource
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
+IMAGE_MAX_BYTES = 20 * 2**20  # OpenAI's limit for one image
+# 40 MP: a 3 bytes-a-pixel decode of 120 MB before mtmd resizes it to the projector's size; a phone photo is 12-50 MP.
+IMAGE_MAX_PIXELS = 40_000_000
+MEDIA_FETCH_TIMEOUT = 10.0  # seconds for one image URL, as llama-server's
+MEDIA_MAX_REDIRECTS = 3  # a CDN's redirect or two; a chain past it is refused rather than followed on
 
 
 @dataclass(frozen=True)
@@ -22,6 +29,18 @@ class LoraRef:
 
     ref: str
     scale: float = 1.0
+
+
+@dataclass(frozen=True)
+class MediaSettings:
+    """Where a request's images may come from and how big they may be (--media-urls, --media-path, the limits).
+    URLs are off by default: a worker that fetches what it is handed is a way into its network."""
+
+    max_bytes: int = IMAGE_MAX_BYTES
+    max_pixels: int = IMAGE_MAX_PIXELS
+    fetch_urls: bool = False  # http(s) image URLs, fetched by the worker
+    fetch_timeout: float = MEDIA_FETCH_TIMEOUT  # seconds for one URL, redirects and body included
+    media_path: Path | None = None  # file:// URLs read only under this folder (resolved); None: refused
 
 
 @dataclass(frozen=True)
@@ -47,8 +66,11 @@ class Settings:
     engine: EngineConfig = field(default_factory=EngineConfig)
     convert_type: str = "f16"  # a Hugging Face folder's GGUF type (worker.source.convert.OUTPUT_TYPES)
     quantize: str | None = None  # then quantized by llama.cpp to this (worker.source.convert.QUANT_TYPES)
+    # The projector: fetched beside the model at load, and then the engine's mmproj file; None: models.toml's, if any.
+    mmproj: ProjectorSource | None = None
     lora: tuple[LoraRef, ...] = ()  # LoRA adapters to load on the model, in id order
     lora_init_without_apply: bool = False  # requests that name no adapter run on the base model
+    media: MediaSettings = field(default_factory=MediaSettings)  # what requests' images may be
 
 
 def settings_from_flags(flags: dict) -> Settings:
@@ -56,7 +78,7 @@ def settings_from_flags(flags: dict) -> Settings:
     engine_fields = {name: flags[name] for name in (
         "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue", "cache_ram",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
-        "model_draft", "draft_max", "draft_min", "mmproj",
+        "model_draft", "draft_max", "draft_min",
     )}
     backend = flags["backend"].lower()
     ubatch = flags["ubatch_size"]
@@ -72,8 +94,8 @@ def settings_from_flags(flags: dict) -> Settings:
         engine_fields["threads"] = flags["threads"]
     engine_fields.update(kv_dir_fields(flags))
     engine = EngineConfig(backend=backend, **engine_fields)
-    # flags that would break exact mode's promise stop here, before any model loads
-    engine.attention(batch_invariant=expects_batch_invariant(engine))
+    # flags that would break exact mode's promise stop here, before any model (or hub projector) is fetched
+    engine.attention(batch_invariant=expects_batch_invariant(engine, projector=bool(flags["mmproj"])))
     return Settings(
         model=flags["model"],
         model_ref=flags["model_ref"],
@@ -96,8 +118,12 @@ def settings_from_flags(flags: dict) -> Settings:
         engine=engine,
         convert_type=flags["convert_type"],
         quantize=flags["quantize"],
+        mmproj=projector_source(flags["mmproj"]) if flags["mmproj"] else None,
         lora=flags["lora"],
         lora_init_without_apply=flags["lora_init_without_apply"],
+        media=MediaSettings(flags["image_max_bytes"], flags["image_max_pixels"], flags["media_urls"],
+                            flags["media_fetch_timeout"],
+                            flags["media_path"].resolve() if flags["media_path"] else None),
     )
 
 

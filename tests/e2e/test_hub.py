@@ -20,6 +20,7 @@ from tests.conftest import REPO, free_port, start_worker
 from tests.convert_helpers import oracle, post
 from tests.fake_hub import FakeHub, HubFile, HubRepo
 from tests.helpers import openai_once
+from tests.vision_helpers import COLOURS, build_projector, image_message, png
 from worker.source.cache import sha256_of
 
 GGUF_REPO = "test/SmolLM2-135M-Instruct-GGUF"
@@ -27,6 +28,9 @@ SPLIT_REPO = "test/SmolLM2-135M-Instruct-split-GGUF"
 Q4_1 = "SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
+VISION_REPO = "test/SmolLM2-colours-GGUF"  # the model and its one projector, side by side
+VISION_COMMIT = "6" * 40
+TWO_PROJECTORS = "test/two-projectors"  # the projector as F16 and as BF16: nothing picks one for a Q4_1 model
 TOKEN = "hf_test_token"
 
 
@@ -77,6 +81,15 @@ def split_repo(hub: FakeHub, model_path: Path, tmp_path_factory) -> list[Path]:
     parts = split_gguf(model_path, tmp_path_factory.mktemp("split") / Q4_1, parts=2)
     hub.repos[SPLIT_REPO] = HubRepo({p.name: HubFile(p) for p in parts}, "4" * 40)
     return parts
+
+
+@pytest.fixture(scope="module")
+def projector_repos(hub: FakeHub, model_path: Path, tmp_path_factory) -> None:
+    """The colour projector (tests/vision_helpers.py) on the hub: beside the model, and under two names of its own."""
+    projector = HubFile(build_projector(model_path, tmp_path_factory.mktemp("mmproj") / "mmproj-colours.gguf"))
+    hub.repos[VISION_REPO] = HubRepo({Q4_1: HubFile(model_path), "mmproj-colours.gguf": projector}, VISION_COMMIT)
+    hub.repos[TWO_PROJECTORS] = HubRepo({"mmproj-colours-f16.gguf": projector,
+                                         "mmproj-colours-bf16.gguf": projector}, "7" * 40)
 
 
 @pytest.fixture
@@ -291,3 +304,62 @@ async def test_serve_by_hub_name_whole_and_split(hf_env, split_repo, tmp_path, h
         finally:
             assert worker.stop() == 0, worker.log()[-3000:]
     assert texts[0] == texts[1] and texts[0].startswith(" Paris")
+
+
+async def sees_red(http, worker) -> None:
+    body = await openai_once(http, worker.url + "/v1/chat/completions", {
+        "messages": image_message(png(COLOURS["red"])), "max_tokens": 12, "temperature": 0})
+    answer = body["choices"][0]["message"]["content"].lower()
+    assert "red" in answer and not any(other in answer for other in COLOURS if other != "red"), answer
+
+
+async def test_serve_with_the_projector_of_a_hub_repo(hub, hf_env, projector_repos, tmp_path, http):
+    """--mmproj hf:owner/repo: the repo's one mmproj*.gguf, downloaded beside the model before either loads."""
+    worker = start_worker(tmp_path, "--model", f"hf:{VISION_REPO}", "--mmproj", f"hf:{VISION_REPO}",
+                          "--parallel", "1", "--ctx-size", "512", env=hf_env)
+    try:
+        await sees_red(http, worker)
+        downloaded = {e["file"]: Path(e["path"]) for e in events(worker.log(), "hub_file")}
+        assert downloaded.keys() == {Q4_1, "mmproj-colours.gguf"}
+        assert downloaded["mmproj-colours.gguf"].parts[-2] == VISION_COMMIT
+        assert {e["file"] for e in events(worker.log(), "download_progress")} == set(downloaded)
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+
+
+async def test_a_models_toml_projector_names_its_hub_file_and_loads_offline_later(
+        hub, hf_env, projector_repos, model_path, tmp_path, http):
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.colours]\nmmproj = "hf:{TWO_PROJECTORS}/mmproj-colours-bf16.gguf"\n'
+                      f'[models.colours.source]\nkind = "path"\npath = "{model_path}"\n')
+    args = ("--model", "colours", "--models-file", str(models), "--parallel", "1", "--ctx-size", "512")
+    worker = start_worker(tmp_path, *args, env=hf_env)
+    try:
+        await sees_red(http, worker)
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    hub.seen.clear()
+    worker = start_worker(tmp_path, *args, env={**hf_env, "HF_HUB_OFFLINE": "1"})
+    try:
+        await sees_red(http, worker)
+        assert hub.seen == []  # from the hub cache alone
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+
+
+@pytest.mark.parametrize("mmproj,offline,expected", [
+    (f"hf:{TWO_PROJECTORS}", False,
+     f"hf:{TWO_PROJECTORS} has 2 projectors and none of the model's type (Q4_1): "
+     "BF16 (24.8 kB: mmproj-colours-bf16.gguf); F16 (24.8 kB: mmproj-colours-f16.gguf); "
+     "name one as hf:OWNER/REPO/FILE"),
+    ("hf:test/notes", False, "hf:test/notes has no projector (no mmproj*.gguf file); name a repo that holds"),
+    (f"hf:{TWO_PROJECTORS}/mmproj-nope.gguf", False, f"hf:{TWO_PROJECTORS} has no file mmproj-nope.gguf; its "
+                                                      "projectors: BF16 (24.8 kB: mmproj-colours-bf16.gguf); F16"),
+    (f"hf:{VISION_REPO}", True, f"and hf:{VISION_REPO} is not in the hub cache"),
+    ("hf:test", False, "'hf:test' is not a hub model name; write hf:owner/repo"),
+])
+def test_a_hub_projector_that_cannot_be_had_stops_startup_in_one_line(hf_env, projector_repos, model_path,
+                                                                      mmproj, offline, expected):
+    env = {**hf_env, "HF_HUB_OFFLINE": "1"} if offline else hf_env
+    line = failure(env, "serve", "--port", "0", "--model", str(model_path), "--mmproj", mmproj)
+    assert expected in line, line

@@ -13,20 +13,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WorkerProcess, start_worker
-from tests.vision_helpers import COLOURS, IMAGE_TOKENS, build_projector, png
+from tests.vision_helpers import COLOURS, IMAGE_TOKENS, QUESTION, build_projector, data_url, image_message, png
 
 CHAT = "/v1/chat/completions"
-QUESTION = "Which colour is shown?"
 CTX_PER_SLOT = 512  # --ctx-size 2048, --parallel 4
-
-
-def data_url(data: bytes, mime: str = "image/png") -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def image_message(*images: bytes, text: str = QUESTION) -> list[dict]:
-    parts = [{"type": "image_url", "image_url": {"url": data_url(image)}} for image in images]
-    return [{"role": "user", "content": [*parts, {"type": "text", "text": text}]}]
 
 
 @pytest.fixture(scope="module")

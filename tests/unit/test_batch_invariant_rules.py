@@ -43,6 +43,10 @@ def test_the_build_is_expected_for_exact_and_off_on_the_cpu_alone(tmp_path, monk
     for config in (EngineConfig(prefix_cache=FAST), EngineConfig(backend="cuda"), EngineConfig(rpc_servers=("h:1",))):
         assert not expects_batch_invariant(config, tmp_path)
     assert not expects_batch_invariant(EngineConfig(), tmp_path / "absent")
+    # A projector (--mmproj, a path or an hf: name fetched later) needs the build's libmtmd.
+    assert not expects_batch_invariant(EngineConfig(), tmp_path, projector=True)
+    (tmp_path / "libmtmd.so").touch()
+    assert expects_batch_invariant(EngineConfig(), tmp_path, projector=True)
     monkeypatch.setenv(LIB_PATH_ENV, str(tmp_path))  # the user's library wins, whatever it holds
     assert not expects_batch_invariant(EngineConfig(), tmp_path)
 

@@ -9,7 +9,7 @@ from worker.api.openai.request import parse_completion
 from worker.api.orch.request import parse_execute
 from worker.errors import WorkerError
 from worker.source import load_registry
-from worker.source.ggufs import gguf_choices, pick
+from worker.source.ggufs import gguf_choices, pick, pick_projector
 from worker.source.hubref import parse_hub_ref
 from worker.source.registry import HubSource, ModelDefaults
 
@@ -72,6 +72,43 @@ def test_a_split_gguf_with_a_missing_part_is_refused():
     files = {"m-00001-of-00003.gguf": 1, "m-00002-of-00003.gguf": 1}
     with pytest.raises(WorkerError, match="one of 3 parts but the repo has 2 of them"):
         pick(gguf_choices(files), "hf:o/r", file=None, quant=None)
+
+
+PROJECTORS = {"mmproj-m-F16.gguf": 600_000_000, "mmproj-m-BF16.gguf": 600_000_000, "mmproj-m-Q8_0.gguf": 320_000_000,
+              "m-BF16.gguf": 7_000_000_000, "m.Q4_K_M.gguf": 4_100_000_000, "README.md": 10}
+
+
+@pytest.mark.parametrize("model,expected", [
+    ("m-BF16.gguf", "mmproj-m-BF16.gguf"),  # BF16, not the F16 inside its name
+    ("m-f16.gguf", "mmproj-m-F16.gguf"),
+    ("Q8_0/m-Q8_0-00001-of-00002.gguf", "mmproj-m-Q8_0.gguf"),
+])
+def test_a_projector_of_the_model_type_is_picked_among_several(model, expected):
+    assert pick_projector(PROJECTORS, "hf:o/r", file=None, model=model).name == expected
+
+
+def test_the_only_projector_is_picked_whatever_the_model_and_a_named_file_is_taken_as_named():
+    files = {"mmproj-colours.gguf": 1000, "m.Q4_K_M.gguf": 4_100_000_000}
+    assert pick_projector(files, "hf:o/r", file=None, model="m.Q4_K_M.gguf").name == "mmproj-colours.gguf"
+    assert pick_projector(PROJECTORS, "hf:o/r", file="mmproj-m-F16.gguf", model="m.Q8_0.gguf").name == (
+        "mmproj-m-F16.gguf")
+
+
+@pytest.mark.parametrize("files,file,model,message", [
+    (PROJECTORS, None, "m.Q4_K_M.gguf",
+     "hf:o/r has 3 projectors and none of the model's type (Q4_K_M): BF16 (600.0 MB: mmproj-m-BF16.gguf); "
+     "F16 (600.0 MB: mmproj-m-F16.gguf); Q8_0 (320.0 MB: mmproj-m-Q8_0.gguf); name one as hf:OWNER/REPO/FILE"),
+    (PROJECTORS, None, "folder", "hf:o/r has 3 projectors and none of the model's type (not in its file name): "),
+    ({"mmproj-a-F16.gguf": 1, "mmproj-b-F16.gguf": 1}, None, "m-F16.gguf",
+     "hf:o/r has 2 F16 projectors: F16 (1 B: mmproj-a-F16.gguf); F16 (1 B: mmproj-b-F16.gguf); name one as "),
+    ({"m.Q4_K_M.gguf": 1, "mmproj.txt": 1}, None, "m.Q4_K_M.gguf",
+     "hf:o/r has no projector (no mmproj*.gguf file); name a repo that holds the model's projector, or the file"),
+    (PROJECTORS, "mmproj-x.gguf", "m.gguf", "hf:o/r has no file mmproj-x.gguf; its projectors: BF16 (600.0 MB: "),
+])
+def test_no_projector_or_no_way_to_choose_is_one_line(files, file, model, message):
+    with pytest.raises(WorkerError) as info:
+        pick_projector(files, "hf:o/r", file=file, model=model)
+    assert message in str(info.value) and "\n" not in str(info.value)
 
 
 def test_hub_entries_and_defaults_parse(tmp_path: Path):

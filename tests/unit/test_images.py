@@ -10,22 +10,20 @@ from pathlib import Path
 
 import pytest
 
-from tests.vision_helpers import png
-from worker.api.images import MAX_IMAGE_BYTES, MAX_IMAGE_PIXELS, image_from_url, image_size
+from tests.vision_helpers import data_url, png
+from worker.api.images import ImageLink, MediaIntake, image_from_url, image_size
 from worker.api.openai.request import parse_chat
 from worker.api.problems import InvalidRequest, Reader
 from worker.engine.prompt.media import MEDIA_MARKER, MediaSpan, runs, stand_ins, text_only
 from worker.errors import WorkerError
+from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MediaSettings
 from worker.source import load_registry
+from worker.source.registry import HubSource, PathSource
 
 
-def data_url(data: bytes, mime: str = "image/png") -> str:
-    return f"data:{mime};base64,{base64.b64encode(data).decode()}"
-
-
-def read(url: object) -> tuple[object, list[str]]:
+def read(url: object, media: MediaSettings = MediaSettings()) -> tuple[object, list[str]]:
     r = Reader({})
-    image = image_from_url(r, "url", url)
+    image = image_from_url(r, "url", url, media)
     return image, [p.message for p in r.problems]
 
 
@@ -51,6 +49,19 @@ def test_urls_are_not_fetched_and_say_what_to_send():
     for url in ("https://example.com/cat.png", "http://10.0.0.1/x.png", "file:///etc/passwd"):
         image, problems = read(url)
         assert image is None and "fetches no URLs" in problems[0] and "data:image/png;base64" in problems[0]
+    assert "--media-urls" in read("https://example.com/cat.png")[1][0]
+    assert "--media-path" in read("file:///etc/passwd")[1][0]
+
+
+def test_urls_the_worker_may_read_become_links_read_later(tmp_path: Path):
+    """--media-urls lets http(s) through and --media-path file://, each only its own scheme."""
+    urls = MediaSettings(fetch_urls=True)
+    assert read("https://example.com/cat.png", urls) == (ImageLink("url", "https://example.com/cat.png"), [])
+    assert "--media-path" in read("file://cat.png", urls)[1][0]
+    files = MediaSettings(media_path=tmp_path)
+    assert read("file://cat.png", files) == (ImageLink("url", "file://cat.png"), [])
+    assert "--media-urls" in read("http://10.0.0.1/x.png", files)[1][0]
+    assert "fetches no URLs" in read("file:cat.png", files)[1][0]  # file: without // is no file URL
 
 
 def test_bytes_that_are_not_an_image_are_named():
@@ -66,12 +77,24 @@ def test_a_small_file_that_claims_gigapixels_is_refused_before_decoding():
     ihdr = struct.pack(">I", len(header)) + b"IHDR" + header + struct.pack(">I", zlib.crc32(b"IHDR" + header))
     bomb = b"\x89PNG\r\n\x1a\n" + ihdr + b"\x00" * 100
     _, problems = read(data_url(bomb))
-    assert f"50000 x 50000 = 2500000000 pixels; images of 1 to {MAX_IMAGE_PIXELS} pixels" in problems[0]
+    assert (f"50000 x 50000 = 2500000000 pixels; images of 1 pixel up to the limit of {IMAGE_MAX_PIXELS} pixels "
+            "are accepted, and --image-max-pixels raises it") in problems[0]
 
 
 def test_a_file_over_the_byte_limit_is_refused_with_the_limit():
-    _, problems = read("data:image/png;base64," + "A" * (MAX_IMAGE_BYTES * 4 // 3 + 100))
-    assert f"at most {MAX_IMAGE_BYTES} are accepted" in problems[0]
+    _, problems = read("data:image/png;base64," + "A" * (IMAGE_MAX_BYTES * 4 // 3 + 100))
+    assert f"over the limit of {IMAGE_MAX_BYTES} bytes; --image-max-bytes raises it" in problems[0]
+
+
+def test_the_limits_are_the_flags_values():
+    """--image-max-bytes and --image-max-pixels: an 8 x 4 PNG of some 70 bytes passes the defaults and neither
+    lowered limit."""
+    image = png((255, 0, 0), 8, 4)
+    assert read(data_url(image))[1] == []
+    _, problems = read(data_url(image), MediaSettings(max_bytes=len(image) - 1))
+    assert f"the image is {len(image)} bytes, over the limit of {len(image) - 1} bytes" in problems[0]
+    _, problems = read(data_url(image), MediaSettings(max_pixels=31))
+    assert "8 x 4 = 32 pixels; images of 1 pixel up to the limit of 31 pixels" in problems[0]
 
 
 def test_chat_content_parts_put_a_marker_where_each_image_goes_and_list_every_bad_part():
@@ -86,10 +109,25 @@ def test_chat_content_parts_put_a_marker_where_each_image_goes_and_list_every_ba
     with pytest.raises(InvalidRequest) as refused:
         parse_chat({"messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": "https://x/y.png"}}, {"type": "audio"},
-            {"type": "image_url", "image_url": {"url": data_url(b"GIF89a")}}]}]}, n_vocab=100)
+            {"type": "image_url", "image_url": {"url": data_url(b"GIF89a")}},
+            {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}]}]}, n_vocab=100)
     assert [p.field for p in refused.value.problems] == ["messages[0].content[0].image_url.url",
                                                          "messages[0].content[1]",
-                                                         "messages[0].content[2].image_url.url"]
+                                                         "messages[0].content[2].image_url.url",
+                                                         "messages[0].content[3]"]
+
+
+@pytest.mark.parametrize("modalities,why", [(("text",), "with no projector (--mmproj)"),
+                                            (("text", "image"), "is a vision projector and takes no audio")])
+def test_an_audio_part_says_why_it_is_refused(modalities, why):
+    audio = {"type": "input_audio", "input_audio": {"data": "UklGRg==", "format": "wav"}}
+    with pytest.raises(InvalidRequest) as refused:
+        parse_chat({"messages": [{"role": "user", "content": [audio]}]}, n_vocab=100,
+                   intake=MediaIntake(modalities=modalities))
+    (problem,) = refused.value.problems
+    assert problem.field == "messages[0].content[0]"
+    assert problem.message.startswith("messages[0].content[0]: audio input is not supported: ")
+    assert why in problem.message
 
 
 def test_runs_cut_a_chunk_where_text_meets_an_image_and_images_meet():
@@ -107,13 +145,20 @@ def test_stand_ins_are_the_same_for_the_same_pixels_and_never_a_token():
     assert all(token < 0 for token in stand_ins(2**64 - 1, 16))
 
 
-def test_models_toml_mmproj_is_read_beside_the_file(tmp_path: Path):
+def test_models_toml_mmproj_is_read_beside_the_file_or_from_the_hub(tmp_path: Path):
     extra = tmp_path / "models.toml"
-    extra.write_text('[models.v]\nmmproj = "mmproj-v.gguf"\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
-    assert load_registry(extra).entries["v"].defaults.mmproj == tmp_path / "mmproj-v.gguf"
-    extra.write_text('[models.v]\nmmproj = 3\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
+
+    def mmproj(value: str) -> object:
+        extra.write_text(f'[models.v]\nmmproj = {value}\n[models.v.source]\nkind = "path"\npath = "v.gguf"\n')
+        return load_registry(extra).entries["v"].defaults.mmproj
+
+    assert mmproj('"mmproj-v.gguf"') == PathSource(tmp_path / "mmproj-v.gguf")
+    assert mmproj('"hf:o/r"') == HubSource("o/r")
+    assert mmproj('"hf:o/r/mmproj-v-f16.gguf@v1"') == HubSource("o/r", file="mmproj-v-f16.gguf", revision="v1")
     with pytest.raises(WorkerError, match="mmproj must be the path of a projector GGUF"):
-        load_registry(extra)
+        mmproj("3")
+    with pytest.raises(WorkerError, match=r"models.toml: model 'v': mmproj 'hf:o' is not a hub model name; write"):
+        mmproj('"hf:o"')
 
 
 def test_anthropic_image_blocks_become_markers_and_a_url_source_is_refused():

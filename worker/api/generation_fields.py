@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.api.images import ImageInput
+from worker.api.images import ImageInput, ImageLink
 from worker.api.problems import Reader
 from worker.api.tools.request import Tools
 from worker.engine import SamplingParams
@@ -47,7 +47,9 @@ class ChatRequest:
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
     tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
     prefill: str = ""  # the start of the answer, which the model continues (Anthropic's final assistant message)
-    images: tuple[ImageInput, ...] = ()  # in prompt order: each stands at a MEDIA_MARKER in a message's content
+    # in prompt order: each stands at a MEDIA_MARKER in a message's content; links are read before the turn is
+    # prepared (media_links.py), so that a prepared turn holds only ImageInputs
+    images: tuple[ImageInput | ImageLink, ...] = ()
 
     def prompt_chars(self) -> tuple[str, int]:
         """The field that holds the prompt, and its length in characters (checked before tokenizing)."""

@@ -1,16 +1,19 @@
-"""Images a request sends: read from data: URLs (or base64 blocks), their format and size read from the file's header,
-and the limits held before a single pixel is decoded.
+"""Images a request sends: read from data: URLs (or base64 blocks), or named by a URL the worker may read
+(media_links.py); their format and size read from the file's header, and the limits held before a single pixel is
+decoded.
 
 stb_image (what libmtmd decodes with) allocates whatever a header claims: a 100 KB PNG can say 50,000 x 50,000 and
-take 7.5 GB to decode. So the header is read here first, and a file over MAX_IMAGE_BYTES or an image over
-MAX_IMAGE_PIXELS is refused with the limits named. URLs are not fetched: a worker that fetches any URL it is handed is
-a way into its network, so http(s) and file URLs get a 400 that says to send the image inline.
+take 7.5 GB to decode. So the header is read here first, and a file over --image-max-bytes or an image over
+--image-max-pixels is refused with the limit named. URLs are refused unless the worker was started to read them
+(--media-urls for http(s), --media-path for file://): a worker that fetches any URL it is handed is a way into its
+network.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import re
 import struct
 from dataclasses import dataclass
@@ -18,10 +21,8 @@ from typing import Any
 
 from worker.api.problems import Reader
 from worker.engine.prompt.media import MEDIA_MARKER
+from worker.settings import MediaSettings
 
-MAX_IMAGE_BYTES = 20 * 2**20  # OpenAI's limit for one image
-# 40 MP: a 3 bytes-a-pixel decode of 120 MB before mtmd resizes it to the projector's size; a phone photo is 12-50 MP.
-MAX_IMAGE_PIXELS = 40_000_000
 FORMATS = "PNG, JPEG, GIF or BMP"
 NO_FETCH = "this worker fetches no URLs (a worker that fetches what it is handed is a way into its network)"
 _DATA_URL = re.compile(r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[\w.+-]+)*)(?P<b64>;base64)?,",
@@ -38,50 +39,92 @@ class ImageInput:
     height: int
 
 
-def image_from_url(r: Reader, field: str, url: Any) -> ImageInput | None:
-    """An image_url's url: a data: URL holding a base64 image. Anything else is a problem (None)."""
+@dataclass(frozen=True)
+class ImageLink:
+    """An image a request names by a URL this worker may read: read (and then checked) before the turn is
+    prepared, off the parser, since fetching waits on the network (media_links.py)."""
+
+    field: str
+    url: str
+
+
+@dataclass(frozen=True)
+class MediaIntake:
+    """What a request's content may hold on this worker: its image settings, and the inputs its model takes."""
+
+    settings: MediaSettings = dataclasses.field(default_factory=MediaSettings)
+    modalities: tuple[str, ...] = ("text",)  # the engine's input_modalities
+
+    def no_audio(self) -> str:
+        """Why an audio part is refused: libmtmd hears audio only through an audio projector, and none is loaded."""
+        why = ("the loaded projector (--mmproj) is a vision projector and takes no audio" if "image" in self.modalities
+               else "this worker serves its model with no projector (--mmproj)")
+        return (f"audio input is not supported: {why}; libmtmd reads audio only through an audio model's projector, "
+                "which this worker does not load yet")
+
+
+def image_from_url(r: Reader, field: str, url: Any, media: MediaSettings) -> ImageInput | ImageLink | None:
+    """An image_url's url: a data: URL holding a base64 image, or an http(s) or file:// URL where `media` allows
+    one (an ImageLink, read later). Anything else is a problem (None)."""
     if not isinstance(url, str):
         r.problem(field, "a data: URL", f"{field} must be a string: a data:image/...;base64,... URL", _short(url))
         return None
-    if url.startswith(("http://", "https://", "file:")):
+    if url.startswith(("http://", "https://")):
+        if media.fetch_urls:
+            return ImageLink(field, url)
         r.problem(field, "a data: URL", f"{field}: {NO_FETCH}; send the image inline as a data:image/png;base64,... "
-                  "URL", _short(url))
+                  "URL (or start the worker with --media-urls)", _short(url))
+        return None
+    if url.startswith("file:"):
+        if media.media_path is not None and url.startswith("file://"):
+            return ImageLink(field, url)
+        r.problem(field, "a data: URL", f"{field}: {NO_FETCH}; send the image inline as a data:image/png;base64,... "
+                  "URL (file:// URLs are read only under the folder --media-path names)", _short(url))
         return None
     found = _DATA_URL.match(url)
     if found is None or not found["b64"]:
         r.problem(field, "a data: URL", f"{field} must be a base64 data: URL (data:image/png;base64,...)", _short(url))
         return None
-    return image_from_base64(r, field, url[found.end():])
+    return image_from_base64(r, field, url[found.end():], media)
 
 
-def image_from_base64(r: Reader, field: str, text: Any) -> ImageInput | None:
+def image_from_base64(r: Reader, field: str, text: Any, media: MediaSettings) -> ImageInput | None:
     """Base64 image bytes (Anthropic's image source, a data URL's payload), checked."""
     if not isinstance(text, str):
         r.problem(field, "base64 image data", f"{field} must be a base64 string", _short(text))
         return None
-    if len(text) > MAX_IMAGE_BYTES * 4 // 3 + 4:  # refused before decoding
-        r.problem(field, f"at most {MAX_IMAGE_BYTES} bytes", f"{field}: the image is {len(text) * 3 // 4} bytes; "
-                  f"at most {MAX_IMAGE_BYTES} are accepted", len(text) * 3 // 4)
+    if len(text) > media.max_bytes * 4 // 3 + 4:  # refused before decoding
+        too_big(r, field, f"{len(text) * 3 // 4} bytes", media)
         return None
     try:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         r.problem(field, "base64 image data", f"{field} is not valid base64", _short(text))
         return None
-    return checked_image(r, field, data)
+    return checked_image(r, field, data, media)
 
 
-def checked_image(r: Reader, field: str, data: bytes) -> ImageInput | None:
+def too_big(r: Reader, field: str, size: str, media: MediaSettings) -> None:
+    """An image over the byte limit; `size` says how big it is, or how much was read before reading stopped."""
+    r.problem(field, f"at most {media.max_bytes} bytes", f"{field}: the image is {size}, over the limit of "
+              f"{media.max_bytes} bytes; --image-max-bytes raises it", media.max_bytes)
+
+
+def checked_image(r: Reader, field: str, data: bytes, media: MediaSettings) -> ImageInput | None:
+    """`data` as an image within the limits, by its header alone; None (and a problem) for anything else."""
+    if len(data) > media.max_bytes:
+        too_big(r, field, f"{len(data)} bytes", media)
+        return None
     size = image_size(data)
     if size is None:
         r.problem(field, f"a {FORMATS} image", f"{field} is not a {FORMATS} image (its first bytes are "
                   f"{data[:8]!r})", len(data))
         return None
     width, height = size
-    if width * height > MAX_IMAGE_PIXELS or width <= 0 or height <= 0:
-        r.problem(field, f"1 <= width x height <= {MAX_IMAGE_PIXELS} pixels", f"{field} is {width} x {height} = "
-                  f"{width * height} pixels; images of 1 to {MAX_IMAGE_PIXELS} pixels are accepted "
-                  f"({len(data)} bytes were sent)", [width, height])
+    if width * height > media.max_pixels or width <= 0 or height <= 0:
+        r.problem(field, f"1 <= width x height <= {media.max_pixels} pixels", f"{field} is {width} x {height} = "
+                  f"{width * height} pixels; images of 1 pixel up to the limit of {media.max_pixels} pixels are "
+                  f"accepted, and --image-max-pixels raises it ({len(data)} bytes were sent)", [width, height])
         return None
     return ImageInput(field, data, width, height)
 

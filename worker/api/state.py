@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from worker.api.adapters import Adapters
+from worker.api.images import MediaIntake
 from worker.api.metrics import Metrics
 from worker.api.progress import LoadingProgress
 from worker.engine import SamplingParams
@@ -57,6 +58,10 @@ class WorkerState:
             return self.phase.value
         stats = self.engine.stats()
         return "busy" if stats.running or stats.waiting else "idle"
+
+    def intake(self, engine: Engine) -> MediaIntake:
+        """What a request's content may hold here: the --media-* settings and the loaded model's inputs."""
+        return MediaIntake(self.settings.media, engine.input_modalities)
 
     def accepts_model(self, name: str | None) -> bool:
         return name in (None, "", self.model_id, self.settings.model) or self.adapters.named(name) is not None

@@ -25,6 +25,7 @@ from worker.lifecycle.kv_dir import persist, persist_every
 from worker.settings import LoraRef, Settings
 from worker.source import ResolvedModel, load_registry
 from worker.source.convert import Conversion, ProgressReport
+from worker.source.projector import fetch_projector
 from worker.source.registry import Registry
 from worker.source.resolve import as_gguf, fetch_model
 
@@ -64,6 +65,8 @@ def _load(settings: Settings, progress: LoadingProgress,
         progress.report(stage, done, total)
 
     fetched = fetch_model(settings.model, registry, quant=settings.quant)
+    projector = settings.mmproj or fetched.defaults.mmproj  # the flag wins over the models.toml entry's
+    mmproj = fetch_projector(projector, fetched.path) if projector else None
     progress.report("download", 1, 1)
     model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize), report)
     # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
@@ -71,9 +74,7 @@ def _load(settings: Settings, progress: LoadingProgress,
     config = settings.engine
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
-    if config.mmproj is None and model.defaults.mmproj is not None:
-        config = replace(config, mmproj=model.defaults.mmproj)
-    config = replace(config, lora=_fetch_loras(settings.lora, registry, model.model_id))
+    config = replace(config, mmproj=mmproj, lora=_fetch_loras(settings.lora, registry, model.model_id))
     library = load_library(choose_library(model.path, config))
     # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,

@@ -1,4 +1,5 @@
-"""Which GGUF of a repo to serve: split parts grouped, picked by quant, the choices named when ambiguous."""
+"""Which GGUF of a repo to serve (split parts grouped, picked by quant) or to project images with (--mmproj), the
+choices named when ambiguous."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ QUANT_LABELS = sorted(
     key=len, reverse=True,
 )
 
-# GGUFs that are not a model to serve on their own: vision projectors.
-_NOT_MODELS = re.compile(r"(^|/)mmproj[^/]*$", re.IGNORECASE)
+# GGUFs that are not a model to serve on their own: multimodal projectors, picked for --mmproj instead.
+PROJECTOR = re.compile(r"(^|/)mmproj[^/]*\.gguf$", re.IGNORECASE)
 
 
 def human_bytes(n: int | None) -> str:
@@ -42,6 +43,11 @@ def _has_token(path: str, token: str) -> bool:
     return re.search(rf"(?<![A-Za-z0-9_]){re.escape(token)}(?![A-Za-z0-9_])", path, re.IGNORECASE) is not None
 
 
+def quant_of(name: str) -> str | None:
+    """The quant (or float type) label a GGUF's file name holds: Q4_K_M, Q8_0, F16, BF16, ..."""
+    return next((q for q in QUANT_LABELS if _has_token(name, q)), None)
+
+
 @dataclass(frozen=True)
 class GgufChoice:
     """One servable GGUF: a single file, or every part of a split one, in order."""
@@ -56,7 +62,7 @@ class GgufChoice:
 
     @property
     def quant(self) -> str | None:
-        return next((q for q in QUANT_LABELS if _has_token(self.name, q)), None)
+        return quant_of(self.name)
 
     def describe(self) -> str:
         parts = f", {self.count} parts" if self.count > 1 else ""
@@ -70,7 +76,7 @@ def gguf_choices(files: Mapping[str, int | None]) -> list[GgufChoice]:
     """The repo's GGUF models, from its file names and sizes; split parts become one choice."""
     groups: dict[tuple[str, int], list[str]] = {}
     for name in sorted(files):
-        if not name.lower().endswith(".gguf") or _NOT_MODELS.search(name):
+        if not name.lower().endswith(".gguf") or PROJECTOR.search(name):
             continue
         split = SPLIT_PART.fullmatch(name)
         key = (split["prefix"], int(split["count"])) if split else (name, 1)
@@ -113,3 +119,31 @@ def pick(choices: list[GgufChoice], ref: str, *, file: str | None, quant: str | 
         raise WorkerError(f"{ref}: {choice.name} is one of {choice.count} parts but the repo has "
                           f"{len(choice.parts)} of them; the upload looks incomplete")
     return choice
+
+
+def pick_projector(files: Mapping[str, int | None], ref: str, *, file: str | None, model: str) -> GgufChoice:
+    """The projector `file` names, else the repo's only mmproj*.gguf, else the only one of the model's type (its file
+    name's quant or float type, as `model` says it); otherwise say which there are."""
+    if file is not None:
+        if file not in files:  # any file the user names: not every repo calls its projector mmproj*
+            raise WorkerError(f"{ref} has no file {file}; its projectors: {_listing(_projectors(files)) or 'none'}")
+        return GgufChoice((file,), 1, files[file])
+    projectors = _projectors(files)
+    if not projectors:
+        raise WorkerError(f"{ref} has no projector (no mmproj*.gguf file); name a repo that holds the model's "
+                          "projector, or the file itself as hf:OWNER/REPO/FILE")
+    if len(projectors) == 1:
+        return projectors[0]
+    quant = quant_of(model)
+    typed = [p for p in projectors if quant is not None and p.matches(quant)]
+    if len(typed) == 1:
+        return typed[0]
+    if typed:
+        raise WorkerError(f"{ref} has {len(typed)} {quant} projectors: {_listing(typed)}; "
+                          "name one as hf:OWNER/REPO/FILE")
+    raise WorkerError(f"{ref} has {len(projectors)} projectors and none of the model's type "
+                      f"({quant or 'not in its file name'}): {_listing(projectors)}; name one as hf:OWNER/REPO/FILE")
+
+
+def _projectors(files: Mapping[str, int | None]) -> list[GgufChoice]:
+    return [GgufChoice((name,), 1, size) for name, size in sorted(files.items()) if PROJECTOR.search(name)]

@@ -28,7 +28,7 @@ from huggingface_hub.errors import (
 from worker.errors import WorkerError
 from worker.logs import bridge_library_logs
 from worker.source.cache import sha256_of
-from worker.source.ggufs import GgufChoice, gguf_choices, pick
+from worker.source.ggufs import GgufChoice, gguf_choices, pick, pick_projector
 from worker.source.progress import DownloadProgress
 from worker.source.registry import HubSource
 
@@ -162,8 +162,20 @@ def fetch_hub(source: HubSource) -> Path:
         where = "the hub cache holds" if listing.snapshot else "it has"
         raise WorkerError(f"{source.ref} has no GGUF files and no SafeTensors weights (config.json + *.safetensors); "
                           f"{where}: {', '.join(sorted(listing.files)) or 'nothing'}")
-    ref = f"hf:{source.repo}" + (" as cached (hub unreachable or HF_HUB_OFFLINE)" if listing.snapshot else "")
-    return _download(source, pick(choices, ref, file=source.file, quant=source.quant))
+    return _download(source, pick(choices, _listed_ref(source, listing), file=source.file, quant=source.quant))
+
+
+def fetch_hub_projector(source: HubSource, model: Path) -> Path:
+    """A projector GGUF (--mmproj hf:...) for the model at `model`: the file named, or the one the repo's
+    mmproj*.gguf files and the model's type leave; listed, downloaded and cached as a model's GGUF is."""
+    listing = list_repo(source)
+    return _download(source, pick_projector(listing.files, _listed_ref(source, listing), file=source.file,
+                                            model=model.name))
+
+
+def _listed_ref(source: HubSource, listing: RepoListing) -> str:
+    """The repo as messages name it; a listing from the cache may lack what the hub now holds, so they say so."""
+    return f"hf:{source.repo}" + (" as cached (hub unreachable or HF_HUB_OFFLINE)" if listing.snapshot else "")
 
 
 def cached_hub_files(source: HubSource) -> list[Path] | None:

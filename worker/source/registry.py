@@ -65,6 +65,7 @@ class HubSource:
 
 
 Source = PackageSource | PathSource | HubSource
+ProjectorSource = PathSource | HubSource  # worker/source/projector.py
 
 
 def _hub_table(table: dict[str, Any], origin: Path) -> dict[str, Any]:
@@ -96,7 +97,8 @@ class ModelDefaults:
     sampling: dict[str, float] = field(default_factory=dict)  # request field -> value, checked like a request's
     # Template variables under each request's chat_template_kwargs (e.g. enable_thinking = false).
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    mmproj: Path | None = None  # the model's projector (images); a relative path is read from the models.toml's folder
+    # The model's projector (images): a path (relative: from the models.toml's folder) or an hf: name.
+    mmproj: ProjectorSource | None = None
 
 
 @dataclass(frozen=True)
@@ -151,9 +153,15 @@ def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefa
         raise WorkerError(f"{where}: chat_template_kwargs must be a table of template variables")
     mmproj = table.get("mmproj")
     if mmproj is not None and not (isinstance(mmproj, str) and mmproj):
-        raise WorkerError(f"{where}: mmproj must be the path of a projector GGUF (mmproj-*.gguf)")
-    return ModelDefaults(ctx_size, template, dict(sampling), dict(template_kwargs),
-                         origin.parent / Path(mmproj).expanduser() if mmproj else None)
+        raise WorkerError(f"{where}: mmproj must be the path of a projector GGUF (mmproj-*.gguf), "
+                          "hf:owner/repo or hf:owner/repo/file.gguf")
+    from worker.source.projector import projector_source  # it parses hf: names with hubref, which imports this module
+
+    try:
+        projector = projector_source(mmproj, origin.parent) if mmproj else None
+    except WorkerError as exc:
+        raise WorkerError(f"{where}: mmproj {exc}") from None
+    return ModelDefaults(ctx_size, template, dict(sampling), dict(template_kwargs), projector)
 
 
 def _parse_file(path: Path) -> tuple[str | None, dict[str, ModelEntry]]:

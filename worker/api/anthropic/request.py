@@ -23,6 +23,7 @@ from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.engine.prompt.media import MEDIA_MARKER
 from worker.fields import ANTHROPIC_SAMPLING
+from worker.settings import MediaSettings
 
 Message = dict[str, Any]
 Block = dict[str, Any]
@@ -42,10 +43,10 @@ _ASSISTANT = ("text", "tool_use", *_DROPPED)
 
 def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
                    check_grammar: GrammarCheck | None = None, counting: bool = False,
-                   thinks: bool = False, loras: int = 0) -> ChatRequest:
+                   thinks: bool = False, loras: int = 0, media: MediaSettings = MediaSettings()) -> ChatRequest:
     """A Messages request over the model's sampling defaults; `counting`: a count_tokens request, which
     generates nothing and so names no max_tokens; `thinks`: the model's replies have reasoning to budget;
-    `loras`: how many LoRA adapters the worker has (a `lora` list names them by id)."""
+    `loras`: how many LoRA adapters the worker has (a `lora` list names them by id); `media`: the image limits."""
     r = Reader(body)
     model = r.string("model")
     for name, why in _UNSUPPORTED.items():
@@ -54,7 +55,7 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
     metadata = r.body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object", metadata)
-    messages, prefill, images = _conversation(r)
+    messages, prefill, images = _conversation(r, media)
     max_tokens = r.number("max_tokens", required=not counting, low=1, high=2**31 - 1, integer=True)
     sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r, check_grammar))
     sampling = thinking_budget(r, sampling, max_tokens, thinks)
@@ -71,7 +72,7 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
                        prefill=prefill, images=tuple(images))
 
 
-def _conversation(r: Reader) -> tuple[list[Message], str, list[ImageInput]]:
+def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], str, list[ImageInput]]:
     """The chat template's messages (the system prompt first), the prefill, if the last message is the
     assistant's, and the user messages' images in the order their markers stand in the messages."""
     messages: list[Message] = []
@@ -91,7 +92,7 @@ def _conversation(r: Reader) -> tuple[list[Message], str, list[ImageInput]]:
         if role == "user":
             if (blocks := _blocks(r, field, message.get("content"), _USER)) is not None:
                 messages += _user_turn(blocks)
-                images += _images(r, field, blocks)
+                images += _images(r, field, blocks, media)
         elif role == "assistant":
             if (blocks := _blocks(r, field, message.get("content"), _ASSISTANT)) is not None:
                 messages.append(_assistant_turn(blocks))
@@ -160,12 +161,12 @@ def _check_fields(r: Reader, field: str, block: Block, types: dict[str, type]) -
             r.problem(f"{field}.{name}", what, f"a {block['type']} block's {name} must be {what}", value)
 
 
-def _images(r: Reader, field: str, blocks: list[Block]) -> list[ImageInput]:
+def _images(r: Reader, field: str, blocks: list[Block], media: MediaSettings) -> list[ImageInput]:
     """A user message's image blocks, read and checked (their sources were checked with the blocks)."""
     images = []
     for i, block in enumerate(blocks):
         if block["type"] == "image":
-            image = image_from_base64(r, f"{field}[{i}].source.data", block["source"].get("data"))
+            image = image_from_base64(r, f"{field}[{i}].source.data", block["source"].get("data"), media)
             images += [image] if image is not None else []
     return images
 

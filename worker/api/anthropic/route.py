@@ -75,9 +75,9 @@ async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatReque
     worker = request.app[WORKER]
     engine = worker.require_engine()
     chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
-                          thinks(engine), len(engine.loras))
+                          thinks(engine), len(engine.loras), worker.settings.media)
     admitted(worker, chat)
-    return chat, await prepared_turn(engine, chat)
+    return chat, await prepared_turn(engine, chat, worker.settings.media)
 
 
 @routes.post("/v1/messages/count_tokens")

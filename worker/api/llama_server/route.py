@@ -78,5 +78,6 @@ async def apply_template(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     engine = worker.require_engine()
     # The chat route's own parsing, so a conversation renders here exactly when it would run there.
-    chat = parse_chat(parse_json_object(await request.read()), engine.n_vocab, worker.sampling)
+    chat = parse_chat(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
+                      intake=worker.intake(engine))
     return web.json_response({"prompt": chat_text(engine, chat)})

@@ -10,7 +10,7 @@ from typing import Any
 from worker.api.adapters import read_lora
 from worker.api.budgets import effort_budget
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
-from worker.api.images import ImageInput, image_from_url, without_marker
+from worker.api.images import ImageInput, ImageLink, MediaIntake, image_from_url, without_marker
 from worker.api.problems import Reader, integral
 from worker.api.structured import GrammarCheck, openai_grammar
 from worker.api.tools.request import history_fields, read_tools
@@ -120,9 +120,11 @@ def _logit_bias(r: Reader, n_vocab: int) -> dict[int, float]:
 CONTENT_FORMS = "a string or a list of text and image_url parts"
 
 
-def _content(r: Reader, index: int, content: Any, images: list[ImageInput]) -> str | None:
+def _content(r: Reader, index: int, content: Any, images: list[ImageInput | ImageLink],
+             intake: MediaIntake) -> str | None:
     """OpenAI content: a string, or a list of {"type": "text", "text": ...} and {"type": "image_url", "image_url":
-    {"url": "data:..."}} parts. An image becomes the marker the projector replaces, its bytes added to `images`."""
+    {"url": "data:..."}} parts. An image becomes the marker the projector replaces, its bytes (or the URL it is read
+    from) added to `images`; an input_audio part is refused, saying why."""
     where = f"messages[{index}].content"
     if isinstance(content, str):
         return without_marker(content)
@@ -135,10 +137,12 @@ def _content(r: Reader, index: int, content: Any, images: list[ImageInput]) -> s
         if kind == "text" and isinstance(part.get("text"), str):
             pieces.append(without_marker(part["text"]))
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
-            image = image_from_url(r, f"{where}[{i}].image_url.url", part["image_url"].get("url"))
+            image = image_from_url(r, f"{where}[{i}].image_url.url", part["image_url"].get("url"), intake.settings)
             if image is not None:
                 images.append(image)
                 pieces.append(MEDIA_MARKER)
+        elif kind == "input_audio":
+            r.problem(f"{where}[{i}]", "a text or image_url part", f"{where}[{i}]: {intake.no_audio()}", kind)
         else:
             r.problem(f"{where}[{i}]", "a text or image_url part", "each content part must be {\"type\": \"text\", "
                       "\"text\": ...} or {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}",
@@ -147,13 +151,15 @@ def _content(r: Reader, index: int, content: Any, images: list[ImageInput]) -> s
 
 
 def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
-               max_choices: int = 1, check_grammar: GrammarCheck | None = None, loras: int = 0) -> ChatRequest:
-    """`loras`: how many LoRA adapters the worker has (a `lora` list names them by id)."""
+               max_choices: int = 1, check_grammar: GrammarCheck | None = None, loras: int = 0,
+               intake: MediaIntake = MediaIntake()) -> ChatRequest:
+    """`loras`: how many LoRA adapters the worker has (a `lora` list names them by id); `intake`: what images may be
+    and where from, and what the model takes."""
     r = Reader(body)
     model = r.string("model")
     raw = r.body.get("messages")
     messages = []
-    images: list[ImageInput] = []
+    images: list[ImageInput | ImageLink] = []
     if not isinstance(raw, list) or not raw:
         r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
     else:
@@ -169,7 +175,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
             tool_fields = history_fields(r, i, message)
             # An assistant message that only calls tools has no content.
             calls_only = role == "assistant" and message.get("tool_calls") and message.get("content") is None
-            content = "" if calls_only else _content(r, i, message.get("content"), images)
+            content = "" if calls_only else _content(r, i, message.get("content"), images, intake)
             if role in ROLES and content is not None:
                 # OpenAI's newer name for the system role; chat templates written before it know only "system".
                 messages.append({"role": "system" if role == "developer" else role, "content": content, **tool_fields})

@@ -14,6 +14,7 @@ from aiohttp import web
 from worker.api import sse
 from worker.api.errors import FAILED_STATUS, OPENAI_FAILURE_CODES
 from worker.api.generation import TrackedHandle, engine_requests, generating, merged
+from worker.api.generation_fields import ChatRequest
 from worker.api.openai.logprobs import CompletionLogprobs, chat_logprobs, joined
 from worker.api.openai.request import CompletionRequest, parse_chat, parse_completion
 from worker.api.preamble import admitted
@@ -23,6 +24,7 @@ from worker.api.tools.answer import Answer, Call, Release
 from worker.api.tools.plan import Turn, prepared_turn
 from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
 from worker.engine.requests import PromptLogprobs
+from worker.settings import MediaSettings
 
 if TYPE_CHECKING:
     from worker.engine import Engine
@@ -204,25 +206,38 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
         return response
 
 
-def _generation_route(path: str, parse: Callable, shape: Shape,
-                      prepare: Callable[[Engine, Any], Awaitable[Turn]]) -> None:
+def _generation_route(path: str, parse: Callable[[dict[str, Any], WorkerState, Engine], Any], shape: Shape,
+                      prepare: Callable[[Engine, Any, MediaSettings], Awaitable[Turn]]) -> None:
     """Chat and completions differ only in how they parse, prepare (prompt, tools) and shape; the rest is shared."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         worker = request.app[WORKER]
         engine = worker.require_engine()
-        parsed = parse(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
-                       max_choices=worker.settings.engine.parallel, check_grammar=engine.grammar_problem,
-                       loras=len(engine.loras))
+        parsed = parse(parse_json_object(await request.read()), worker, engine)
         model = admitted(worker, parsed)
-        turn = await prepare(engine, parsed)
+        turn = await prepare(engine, parsed, worker.settings.media)
         echo = _echo(engine, parsed) if parsed.generation.echo else ""
         return await _respond(request, worker, shape, model, turn, echo)
 
     routes.post(path)(handler)
 
 
-async def _completion_turn(engine: Engine, completion: CompletionRequest) -> Turn:
+def _options(worker: WorkerState, engine: Engine) -> dict[str, Any]:
+    """What both parsers are told of the worker: its slots, its grammar check, its adapters."""
+    return {"max_choices": worker.settings.engine.parallel, "check_grammar": engine.grammar_problem,
+            "loras": len(engine.loras)}
+
+
+def _chat(body: dict[str, Any], worker: WorkerState, engine: Engine) -> ChatRequest:
+    return parse_chat(body, engine.n_vocab, worker.sampling, **_options(worker, engine), intake=worker.intake(engine))
+
+
+def _completion(body: dict[str, Any], worker: WorkerState, engine: Engine) -> CompletionRequest:
+    return parse_completion(body, engine.n_vocab, worker.sampling, **_options(worker, engine))
+
+
+async def _completion_turn(engine: Engine, completion: CompletionRequest, _media: MediaSettings) -> Turn:
+    """A completion's prompt is text or token ids: no images, so `_media` has nothing to read."""
     prompt = completion.prompt
     tokens = prompt if isinstance(prompt, list) else engine.tokenize(prompt)
     return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
@@ -234,8 +249,8 @@ def _echo(engine: Engine, completion: CompletionRequest) -> str:
     return prompt if isinstance(prompt, str) else engine.model.detokenize(prompt).decode("utf-8", errors="replace")
 
 
-_generation_route("/v1/chat/completions", parse_chat, CHAT, prepared_turn)
-_generation_route("/v1/completions", parse_completion, COMPLETION, _completion_turn)
+_generation_route("/v1/chat/completions", _chat, CHAT, prepared_turn)
+_generation_route("/v1/completions", _completion, COMPLETION, _completion_turn)
 
 
 @routes.get("/v1/models")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.api.generation_fields import ChatRequest
+from worker.api.images import MediaIntake
 from worker.api.openai.request import parse_chat
 from worker.api.problems import InvalidRequest, Reader
 from worker.api.responses.store import Message, ResponseStore
@@ -45,7 +46,8 @@ class ResponsesRequest:
 
 
 def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams, max_choices: int,
-                    check_grammar: GrammarCheck | None, store: ResponseStore, loras: int = 0) -> ResponsesRequest:
+                    check_grammar: GrammarCheck | None, store: ResponseStore, loras: int = 0,
+                    intake: MediaIntake = MediaIntake()) -> ResponsesRequest:
     r = Reader(body)
     for name, why in _UNSUPPORTED.items():
         if r.body.get(name) not in (None, False):
@@ -55,6 +57,10 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
         r.problem("truncation", "disabled", "truncation must be \"disabled\": a prompt that does not fit is refused, "
                   "never cut", truncation)
     instructions = _optional(r, "instructions")
+
+    def renamed(text: str) -> str:  # a chat field (in text) as the Responses field the client sent
+        return _field(text, 1 if instructions else 0, fields)
+
     previous = _previous(r, store)
     fields: dict[int, int] = {}
     messages = [*previous, *_input(r, body.get("input"), fields, len(previous))]
@@ -71,14 +77,14 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
         **_effort(r, body.get("reasoning")),
     }
     try:
-        chat = parse_chat(chat_body, n_vocab, defaults, max_choices, check_grammar, loras)
+        chat = parse_chat(chat_body, n_vocab, defaults, max_choices, check_grammar, loras, intake)
     except InvalidRequest as refused:
-        shift = 1 if instructions else 0
-        r.problems += [replace(p, field=_field(p.field, shift, fields), message=_field(p.message, shift, fields))
-                       for p in refused.problems]
+        r.problems += [replace(p, field=renamed(p.field), message=renamed(p.message)) for p in refused.problems]
         chat = None
     r.done()
     assert chat is not None  # else r.done() raised, with the chat's problems
+    # an image read later (a URL's) names its Responses field in its problems
+    chat = replace(chat, images=tuple(replace(image, field=renamed(image.field)) for image in chat.images))
     echoed = {"instructions": instructions, "previous_response_id": body.get("previous_response_id"),
               "metadata": metadata or {}, "max_output_tokens": body.get("max_output_tokens"),
               "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto",

@@ -100,10 +100,11 @@ async def create(request: web.Request) -> web.StreamResponse:
     engine = worker.require_engine()
     store = request.app[RESPONSES]
     parsed = parse_responses(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
-                             worker.settings.engine.parallel, engine.grammar_problem, store, len(engine.loras))
+                             worker.settings.engine.parallel, engine.grammar_problem, store, len(engine.loras),
+                             worker.intake(engine))
     chat = parsed.chat
     model = admitted(worker, chat)
-    turn = await prepared_turn(engine, chat)
+    turn = await prepared_turn(engine, chat, worker.settings.media)
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": model, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}

@@ -15,6 +15,8 @@ import structlog
 
 from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.image_prompt import check_images_fit, decoded_images
+from worker.api.images import ImageInput
+from worker.api.media_links import read_links
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.tools.answer import Answers, CallStream, PlainText
 from worker.api.tools.formats import ToolFormat, detect
@@ -24,6 +26,7 @@ from worker.api.tools.request import Tools
 from worker.engine import ChatPrompt, SamplingParams
 from worker.engine.constraints.json_schema import SchemaProblem
 from worker.engine.requests import GrammarTrigger
+from worker.settings import MediaSettings
 
 if TYPE_CHECKING:
     from worker.engine import Engine
@@ -46,11 +49,12 @@ def chat_text(engine: Engine, chat: ChatRequest) -> str:
     return engine.chat_text(messages, chat.template_kwargs, chat.prefill, offered)
 
 
-def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
+def chat_turn(engine: Engine, chat: ChatRequest, images: tuple[ImageInput, ...]) -> Turn:
+    """`images`: the chat's images, each read (its links too)."""
     tools, fmt = chat.tools, detect(engine.chat.source)
-    prompt = engine.chat_prompt(chat_text(engine, chat), decoded_images(engine, chat.images) if chat.images else None)
-    if chat.images:
-        check_images_fit(engine, prompt, len(chat.images))
+    prompt = engine.chat_prompt(chat_text(engine, chat), decoded_images(engine, images) if images else None)
+    if images:
+        check_images_fit(engine, prompt, len(images))
     if tools is None:
         return Turn(prompt, chat.generation)
     log.debug("tools", format=fmt.name, functions=len(tools.functions), forced=tools.forced, only=tools.only)
@@ -66,13 +70,14 @@ def chat_turn(engine: Engine, chat: ChatRequest) -> Turn:
     return Turn(prompt, replace(chat.generation, sampling=sampling), partial(CallStream, fmt.syntax))
 
 
-async def prepared_turn(engine: Engine, chat: ChatRequest) -> Turn:
-    """chat_turn, on a worker thread when the turn has images: decoding them (stb_image) and resizing them (mtmd)
-    would otherwise hold the event loop, and with it every running stream's next piece. libmtmd's decoding and
-    tokenizing may run beside the engine thread's encoding, as llama-server runs them on its HTTP threads."""
+async def prepared_turn(engine: Engine, chat: ChatRequest, media: MediaSettings) -> Turn:
+    """chat_turn, its image links read first (on the event loop: the engine never waits on a network), and on a
+    worker thread when the turn has images: decoding them (stb_image) and resizing them (mtmd) would otherwise hold
+    the event loop, and with it every running stream's next piece. libmtmd's decoding and tokenizing may run beside
+    the engine thread's encoding, as llama-server runs them on its HTTP threads."""
     if chat.images:
-        return await asyncio.to_thread(chat_turn, engine, chat)
-    return chat_turn(engine, chat)
+        return await asyncio.to_thread(chat_turn, engine, chat, await read_links(chat.images, media))
+    return chat_turn(engine, chat, ())
 
 
 def _lazy_calls(engine: Engine, fmt: ToolFormat, tools: Tools, sampling: SamplingParams,

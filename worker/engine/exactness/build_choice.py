@@ -81,10 +81,12 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
                    fallback=True)
 
 
-def expects_batch_invariant(config: EngineConfig, patched: Path = BATCH_INVARIANT_DIR) -> bool:
-    """Will choose_library give this config the batch-invariant build (for flags checked before a model is known)?"""
+def expects_batch_invariant(config: EngineConfig, patched: Path = BATCH_INVARIANT_DIR, *,
+                            projector: bool = False) -> bool:
+    """Will choose_library give this config the batch-invariant build (for flags checked before a model is known)?
+    `projector`: one will load (--mmproj), though the config cannot name its file until it is fetched."""
     return (LIB_PATH_ENV not in os.environ and _rows_kept_apart(config) and batch_invariant_installed(patched)
-            and (config.mmproj is None or has_mtmd(patched)))
+            and (not (projector or config.mmproj) or has_mtmd(patched)))
 
 
 def _rows_kept_apart(config: EngineConfig) -> bool:
