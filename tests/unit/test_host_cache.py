@@ -5,7 +5,7 @@ from __future__ import annotations
 import ctypes
 
 from worker.engine.cache.host_cache import MIB, HostCache, SavedCells
-from worker.engine.cache.prefix_cache import PrefixCache, Reuse
+from worker.engine.cache.prefix_cache import PrefixCache, Reuse, held
 from worker.engine.modes import CacheMode
 
 SYSTEM = list(range(1000, 1100))  # a 100-token system prompt
@@ -60,6 +60,25 @@ def test_a_prompt_continuing_saved_cells_loads_them_into_the_least_recently_used
     assert cache.choose(next_turn, [0, 1], {}) == Reuse(0, len(conversation), saved=entry)
     # A prompt that shares only the system prompt with it: the slots hold as much, nothing is loaded.
     assert cache.choose([*SYSTEM, 5, 6, 7], [0, 1], {}).saved is None
+
+
+def test_where_moved_cells_are_inexact_exact_mode_copies_and_loads_none():
+    """The load-time check found cells copied between slots or loaded back from host memory unequal to where they
+    were made: exact mode reuses a slot's own cells only; fast mode still moves them."""
+    conversation = SYSTEM + list(range(2000, 2200))
+    entry = saved(conversation)
+    running = {1: held(conversation, len(conversation))}  # a running slot holding the same prefix: a copy source
+    chosen = {}
+    for mode in (CacheMode.EXACT, CacheMode.FAST):
+        host = HostCache(limit_mib=8)
+        host.add(entry)
+        cache = PrefixCache(mode, 3, host)
+        cache.trust_decoded_cells()
+        cache.distrust_moved_cells()
+        chosen[mode] = (cache.choose([*conversation, 7, 8, 9], [0, 2], {}),
+                        cache.choose([*conversation, 7, 8, 9], [0, 2], running))
+    assert chosen[CacheMode.EXACT] == (Reuse(0, 0), Reuse(0, 0))
+    assert chosen[CacheMode.FAST] == (Reuse(0, len(conversation), saved=entry), Reuse(0, len(conversation), 1))
 
 
 def test_a_slot_given_to_another_prompt_saves_the_cells_this_mode_may_reuse():

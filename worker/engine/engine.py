@@ -46,6 +46,9 @@ from worker.engine.requests import ChatPrompt, Reasoning, Request
 
 log = structlog.get_logger(__name__)
 
+MOVED_CELLS_INEXACT = ("cells loaded from host memory or copied from another slot gave other logits than where "
+                       "they were made in the load-time check")
+
 
 @dataclass(frozen=True)
 class Exactness:
@@ -151,10 +154,10 @@ class Engine:
                         "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "
                         "only whole prefilled blocks", fix="serve with --parallel 1, or a weight type and backend "
                         "docs/cache-and-exactness.md lists as exact")
-        if engine.numerics.moved_cells_exact is False:
-            log.warning("exactness_limited", reason="cells loaded from host memory or copied from another slot gave "
-                        "other logits than where they were made in the load-time check: greedy text may depend on "
-                        "which slot a conversation's cells come from", fix="serve with --cache-ram 0 and --parallel 1")
+        if engine.numerics.moved_cells_exact is False and config.prefix_cache is CacheMode.EXACT:
+            log.warning("exactness_limited", reason=f"{MOVED_CELLS_INEXACT}: exact mode reuses a slot's own cells "
+                        "only, and copies none between slots, loads none back from host memory, --kv-dir or a slot "
+                        "file", fix="a weight type and backend docs/cache-and-exactness.md lists as exact")
         if engine.exactness.drafts_keep_text is False:
             log.warning("drafts_may_change_text", reason=engine._drafts_reason(),
                         fix="serve in exact mode on the cpu backend, or with --spec-type none")
@@ -183,6 +186,8 @@ class Engine:
                 self.numerics = measure(self.model)
                 if self.numerics.answers_reusable:
                     self._steps.cache.trust_decoded_cells()
+                if self.numerics.moved_cells_exact is False:
+                    self._steps.cache.distrust_moved_cells()
         except BaseException as exc:  # handed to load()'s caller
             self._warm_up_error = exc
             return
@@ -196,6 +201,9 @@ class Engine:
         if host is None:  # settings refuse --kv-dir without --cache-ram: nothing could hold the cells
             raise ValueError("--kv-dir needs host memory for cells (--cache-ram)")
         self._disk = DiskCache(folder, limit_bytes, self.fingerprint)
+        if not self._steps.cache.moves:  # its cells could only be loaded back, which this numerics forbids
+            log.warning("kv_dir_not_read", folder=str(folder), reason=MOVED_CELLS_INEXACT)
+            return
         for saved in self._disk.load(host.limit_bytes):
             host.add(saved)
 
@@ -235,6 +243,8 @@ class Engine:
         """Load the cells a file holds into a slot, once it is free; raises cell_file.UnusableFile (or OSError) for
         a file that must not load, naming why."""
         started = time.perf_counter()
+        if not self._steps.cache.moves:
+            raise cell_file.UnusableFile(f"{MOVED_CELLS_INEXACT}; exact mode restores no cells here (fast mode does)")
         saved = await asyncio.to_thread(cell_file.read, path, await self._fingerprinted())
         if not await asyncio.wrap_future(self._steps.on_slot(slot, lambda cells: cells.load(slot, saved))):
             raise cell_file.UnusableFile("llama.cpp refused its cells")

@@ -95,6 +95,13 @@ class PrefixCache:
         self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included
         self._records = [SlotRecord() for _ in range(slots)]
         self.host = host if mode is not CacheMode.OFF else None  # None: dropped cells are gone
+        self.moves = True  # cells may be copied between slots or loaded back from host memory
+
+    def distrust_moved_cells(self) -> None:
+        """The numerics make cells copied to another slot or loaded back from host memory give other logits than
+        where they were made (exactness/load_check.py): exact then reuses a slot's own cells only."""
+        if self.mode is CacheMode.EXACT:
+            self.moves = False
 
     def trust_decoded_cells(self) -> None:
         """The numerics make answers' cells bitwise what prefill makes (exactness/load_check.py): exact may reuse
@@ -111,6 +118,8 @@ class PrefixCache:
         """
         own = {slot: self.reusable(self._records[slot], prompt, adapters) for slot in free_slots}
         slot = self._slot_in_place(prompt, adapters, free_slots, own)
+        if not self.moves:
+            return Reuse(slot, own[slot])
         sources = {source: self.reusable(record, prompt, adapters) for source, record in running.items()}
         sources.update((source, cells) for source, cells in own.items() if source != slot)
         source = max(sources, key=sources.__getitem__, default=None)
