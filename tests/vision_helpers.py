@@ -52,9 +52,10 @@ def _gpt2_piece(word: str) -> str:
     return word.replace(" ", "\u0120")
 
 
-def build_projector(model: Path, out: Path, width: int | None = None) -> Path:
+def build_projector(model: Path, out: Path, width: int | None = None, image_size: int = IMAGE_SIZE) -> Path:
     """The colour projector for `model`, written to `out`. `width`: the output width, when a test wants one that
-    does not match the model (the embeddings are then cut or padded)."""
+    does not match the model (the embeddings are then cut or padded); `image_size`: the side images are resized to,
+    (image_size / 16)^2 tokens an image (a benchmark's real-sized images: 384 gives SigLIP's 576)."""
     words = token_embeddings(model, WORDS)  # (3, n_embd)
     n_embd = width or words.shape[1]
     words = np.pad(words, ((0, 0), (0, max(0, n_embd - words.shape[1]))))[:, :n_embd]
@@ -63,7 +64,7 @@ def build_projector(model: Path, out: Path, width: int | None = None) -> Path:
     writer.add_bool("clip.has_vision_encoder", True)
     writer.add_string("clip.projector_type", "janus_pro")
     writer.add_bool("clip.use_gelu", True)
-    writer.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    writer.add_uint32("clip.vision.image_size", image_size)
     writer.add_uint32("clip.vision.patch_size", PATCH)
     writer.add_uint32("clip.vision.embedding_length", hidden)
     writer.add_uint32("clip.vision.feed_forward_length", hidden)
