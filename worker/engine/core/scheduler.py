@@ -182,7 +182,7 @@ class Scheduler:
         choice reuses little of its own slot's cells (slot_runs.py)."""
         adapters = sequence.request.adapters
         if (choice.source is not None or choice.saved is not None or choice.cells > MOVE_MAX_CELLS
-                or all(held == adapters for held in sets.values())):
+                or all(other == adapters for other in sets.values())):
             return choice
         slot = beside_own_set(free_slots, sets, adapters)
         if slot == choice.slot:

@@ -22,8 +22,8 @@ MOVE_MAX_CELLS = 4 * ALIGN
 def beside_own_set(free_slots: list[int], running: dict[int, AdapterSet], adapters: AdapterSet) -> int:
     """The free slot nearest the running slots (slot -> set) of `adapters`; with none running, the one farthest
     from the other sets' (lowest slot among equals)."""
-    own = [slot for slot, held in running.items() if held == adapters]
-    others = [slot for slot, held in running.items() if held != adapters]
+    own = [slot for slot, its_set in running.items() if its_set == adapters]
+    others = [slot for slot, its_set in running.items() if its_set != adapters]
 
     def distance(slot: int, to: list[int]) -> int:
         return min((abs(slot - other) for other in to), default=len(free_slots) + len(running))
