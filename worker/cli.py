@@ -295,7 +295,8 @@ def pull(name: str | None, quant: str | None, models_file: Path | None, log_form
 
     NAME is a models.toml alias or hf:owner/repo[/file.gguf][@revision] (default: the
     registry's default model). A repo with several GGUFs needs --quant or a file name;
-    the error lists them.
+    the error lists them. An entry's projector (mmproj) is downloaded too, so that
+    `serve` needs nothing more.
 
     \b
     Examples:
@@ -305,7 +306,12 @@ def pull(name: str | None, quant: str | None, models_file: Path | None, log_form
     from worker.source.resolve import fetch_model
 
     configure_logs(log_format, log_level)
-    click.echo(fetch_model(name, _registry(models_file), quant=quant).path)
+    fetched = fetch_model(name, _registry(models_file), quant=quant)
+    if fetched.defaults.mmproj is not None:
+        from worker.source.projector import fetch_projector
+
+        fetch_projector(fetched.defaults.mmproj, fetched.path)
+    click.echo(fetched.path)
 
 
 @cli.command(short_help="List the models.toml entries and what is downloaded.")

@@ -347,6 +347,16 @@ async def test_a_models_toml_projector_names_its_hub_file_and_loads_offline_late
         assert worker.stop() == 0, worker.log()[-3000:]
 
 
+def test_pull_downloads_a_models_toml_entrys_projector_too(hub, hf_env, projector_repos, model_path, tmp_path):
+    models = tmp_path / "models.toml"
+    models.write_text(f'[models.colours]\nmmproj = "hf:{TWO_PROJECTORS}/mmproj-colours-bf16.gguf"\n'
+                      f'[models.colours.source]\nkind = "path"\npath = "{model_path}"\n')
+    assert blobs(hf_env, TWO_PROJECTORS) == []
+    assert pulled(hf_env, "colours", "--models-file", str(models)) == model_path  # prints the model's path alone
+    (projector,) = blobs(hf_env, TWO_PROJECTORS)  # the entry's one file of the two, whole
+    assert projector.read_bytes() == hub.repos[TWO_PROJECTORS].files["mmproj-colours-bf16.gguf"].read()
+
+
 @pytest.mark.parametrize("mmproj,offline,expected", [
     (f"hf:{TWO_PROJECTORS}", False,
      f"hf:{TWO_PROJECTORS} has 2 projectors and none of the model's type (Q4_1): "
