@@ -20,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.client import new_session
 from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, publish
+from bench.report import environment, machine_line, write_report
 from bench.servers import running_server
 
 RULE = "You are the assistant of a busy harbour office; answer in one sentence and cite the rule. "
@@ -78,12 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(f"| {server} | {results[server][0]:.2f} | {results[server][1]:.2f} |")
     wall, ttft = (results[WORKER][i] / results[LLAMA_SERVER][i] for i in range(2))
     lines += ["", f"llm-worker / llama-server: round wall time {wall:.2f}x, mean TTFT {ttft:.2f}x (lower is better)"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "burst.md").write_text(text)
-    if args.publish:
-        publish(text, None, "BURST.md", "")
+    write_report("\n".join(lines) + "\n", args.out, "burst.md", "BURST.md" if args.publish else None)
     return 0
 
 

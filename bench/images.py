@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import Turn, chat_turn
 from bench.client import RequestResult, new_session, stream_completion
 from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, publish
+from bench.report import environment, machine_line, write_report
 from bench.servers import running_server
 from tests.vision_helpers import build_projector, image_message, png
 
@@ -122,12 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", f"first-turn TTFT, llm-worker / llama-server: {first_ms[WORKER] / first_ms[LLAMA_SERVER]:.2f}x "
                   f"(target <= 1.0x); llm-worker's second turn / first {later[WORKER]:.2f}x (target <= 0.3x); "
                   "the streams' ITL p99 / p50 is each row's last column (target <= 4x)"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "images.md").write_text(text)
-    if args.publish:
-        publish(text, None, "IMAGES.md", "")
+    write_report("\n".join(lines) + "\n", args.out, "images.md", "IMAGES.md" if args.publish else None)
     return 0
 
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.adapters import PURPLE, ZEBRA, Base, steering_adapter
 from bench.client import RequestResult, new_session, stream_completion
 from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, publish
+from bench.report import environment, machine_line, write_report
 from bench.servers import running_server
 
 STEERED = (ZEBRA, PURPLE)  # the tokens the two adapters both servers load raise
@@ -102,12 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     cost = tok_s[WORKER, "two, alternating"] / tok_s[WORKER, "one, all"]
     lines += ["", f"two adapters alternating: llm-worker / llama-server tok/s {ratio:.2f}x (target >= 0.9x); "
                   f"llm-worker two alternating / one for all {cost:.2f}x (what the turns cost)"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "lora.md").write_text(text)
-    if args.publish:
-        publish(text, None, "LORA.md", "")
+    write_report("\n".join(lines) + "\n", args.out, "lora.md", "LORA.md" if args.publish else None)
     return 0
 
 

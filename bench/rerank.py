@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.client import RequestResult, new_session, stream_completion
 from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, publish
+from bench.report import environment, machine_line, write_report
 from bench.servers import running_server
 
 QUERY = "Which harbour rule covers ships arriving after dark?"
@@ -103,12 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"{p50 * 1e3:.1f} | {p99 * 1e3:.1f} |")
     lines += ["", f"rerank wall, llm-worker / llama-server: {walls[WORKER] / walls[LLAMA_SERVER]:.2f}x "
                   "(target <= 1.0x); the streams' ITL p99 / p50 beside it is the last row's (target <= 4x)"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rerank.md").write_text(text)
-    if args.publish:
-        publish(text, None, "RERANK.md", "")
+    write_report("\n".join(lines) + "\n", args.out, "rerank.md", "RERANK.md" if args.publish else None)
     return 0
 
 

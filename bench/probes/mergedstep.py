@@ -15,25 +15,13 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model
-from worker.engine.config import EngineConfig
-from worker.engine.exactness.build_choice import choose_library, load_library
-from worker.logs import configure
+from bench.probes.slots import filled_slots
 
 SLOTS, CONTEXT, CHUNK, MIDDLE, ROUNDS = 8, 400, 64, 3, 7
 
 
 def main() -> None:
-    configure("console", "warning")
-    path = find_model(sys.argv[1] if len(sys.argv) > 1 else None)
-    config = EngineConfig(parallel=SLOTS, ctx_size=SLOTS * 1024)
-    library = load_library(choose_library(path, config))
-    from bench.probes.rows import RowDecoder  # llama_cpp, with the library chosen
-    from worker.engine.native.model import LlamaModel
-
-    model = LlamaModel(path, config)
-    rows = RowDecoder(model)
-    rows.fill(range(SLOTS), CONTEXT)
+    described, model, rows = filled_slots(SLOTS, CONTEXT)
     decoding = [slot for slot in range(SLOTS) if slot != MIDDLE]
     decode = [(slot, CONTEXT, True) for slot in decoding]
     chunk = [(MIDDLE, CONTEXT + i, i == CHUNK - 1) for i in range(CHUNK)]
@@ -54,7 +42,7 @@ def main() -> None:
     rows.decode(in_order)
     index = {row: i for i, row in enumerate(in_order)}
     merged = [rows.logits(index[row]) for row in decode] + [rows.logits(index[chunk[-1]])]
-    print(f"{path.name}, {library.build} build, {SLOTS} slots of {CONTEXT} cells, slot {MIDDLE} prefilling {CHUNK}")
+    print(f"{described}, slot {MIDDLE} prefilling {CHUNK}")
     print(f"   decode rows then the chunk, two calls   {separate:6.1f} ms (decode rows {decode_ms:.1f}, chunk "
           f"{chunk_ms:.1f})")
     print(f"   one call, in slot order                 {together:6.1f} ms")

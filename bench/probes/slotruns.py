@@ -14,10 +14,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.config import find_model
-from worker.engine.config import EngineConfig
-from worker.engine.exactness.build_choice import choose_library, load_library
-from worker.logs import configure
+from bench.probes.slots import filled_slots
 
 SLOTS, CONTEXT, ROUNDS = 8, 120, 9
 LAYOUTS = {"1 row": [0], "2 rows, adjacent": [0, 1], "4 rows, adjacent (0-3)": [0, 1, 2, 3],
@@ -26,17 +23,8 @@ LAYOUTS = {"1 row": [0], "2 rows, adjacent": [0, 1], "4 rows, adjacent (0-3)": [
 
 
 def main() -> None:
-    configure("console", "warning")  # llama.cpp's load log would bury the results
-    path = find_model(sys.argv[1] if len(sys.argv) > 1 else None)
-    config = EngineConfig(parallel=SLOTS, ctx_size=SLOTS * 1024)
-    library = load_library(choose_library(path, config))
-    from bench.probes.rows import RowDecoder  # llama_cpp, with the library chosen
-    from worker.engine.native.model import LlamaModel
-
-    model = LlamaModel(path, config)
-    rows = RowDecoder(model)
-    rows.fill(range(SLOTS), CONTEXT)
-    print(f"{path.name}, {library.build} build, {SLOTS} slots of {CONTEXT} cells; ms a decode call")
+    described, model, rows = filled_slots(SLOTS, CONTEXT)
+    print(f"{described}; ms a decode call")
     for label, slots in LAYOUTS.items():
         call = [(slot, CONTEXT, True) for slot in slots]
         print(f"   {label:<28} {rows.median_ms(lambda: rows.decode(call), slots, CONTEXT, ROUNDS):6.1f}")
