@@ -116,11 +116,16 @@ async def chat(session: aiohttp.ClientSession, url: str, messages: list[dict[str
     return "".join(pieces), ((first or sent) - sent) * 1000, finish
 
 
-async def two_turns(session: aiohttp.ClientSession, url: str, tokens: int) -> list[str]:
-    first, _, _ = await chat(session, url, CHAT, tokens)
-    second, _, _ = await chat(session, url, [*CHAT, {"role": "assistant", "content": first},
-                                             {"role": "user", "content": "Which of them is the longest?"}], tokens)
-    return [first, second]
+async def two_turns(session: aiohttp.ClientSession, url: str, tokens: int, document: str) -> list[str]:
+    """Two conversations of two turns each: a short one, and one under a long system prompt (`document`), whose
+    second turn reuses more than a prefill chunk's cells."""
+    texts = []
+    for opening in (CHAT, [{"role": "system", "content": document}, *CHAT]):
+        first, _, _ = await chat(session, url, opening, tokens)
+        second, _, _ = await chat(session, url, [*opening, {"role": "assistant", "content": first},
+                                                 {"role": "user", "content": "Which of them is the longest?"}], tokens)
+        texts += [first, second]
+    return texts
 
 
 async def health(session: aiohttp.ClientSession, url: str) -> dict[str, Any]:
@@ -180,7 +185,7 @@ def exact_worker(check: Check, cfg: BenchConfig, args: argparse.Namespace, promp
             texts["together"] = [t for t, _ in await asyncio.gather(*(completion(s, url, p, n) for p in prompts))]
             cached = [await completion(s, url, p, n) for p in prompts]
             texts["cached"], texts["cached_tokens"] = [t for t, _ in cached], [c for _, c in cached]
-            texts["chat"] = await two_turns(s, url, n)
+            texts["chat"] = await two_turns(s, url, n, prompts[0])
 
         # A failure here is a row; the speed is still measured.
         check.run("greedy texts", lambda: check.sync(_with_session(alone_then_together)))
@@ -198,11 +203,11 @@ def off_worker(check: Check, cfg: BenchConfig, args: argparse.Namespace, prompts
     with running_server(WORKER, off) as (url, *_):
         async def both(s: aiohttp.ClientSession) -> tuple[list[str], list[str]]:
             n = args.answer_tokens
-            return [(await completion(s, url, p, n))[0] for p in prompts], await two_turns(s, url, n)
+            return [(await completion(s, url, p, n))[0] for p in prompts], await two_turns(s, url, n, prompts[0])
 
         greedy, turns = check.sync(_with_session(both))
     check.run("greedy: exact = --prefix-cache off", lambda: _same(texts.get("alone"), greedy))
-    check.run("2-turn chat: exact = --prefix-cache off", lambda: _same(texts.get("chat"), turns))
+    check.run("2-turn chats: exact = --prefix-cache off", lambda: _same(texts.get("chat"), turns))
 
 
 def measure_speed(check: Check, label: str, url: str, cfg: BenchConfig, args: argparse.Namespace,

@@ -14,7 +14,13 @@ from pathlib import Path
 import pytest
 
 from worker.engine.config import EngineConfig
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, SWITCH_ENV, expects_batch_invariant
+from worker.engine.exactness.build_choice import (
+    LIB_PATH_ENV,
+    MTMD_PATH_ENV,
+    SWITCH_ENV,
+    default_dir,
+    expects_batch_invariant,
+)
 from worker.engine.exactness.kv_plan import Attention, plan_attention
 from worker.engine.modes import CacheMode
 
@@ -61,3 +67,18 @@ def test_loading_it_sets_the_switch_before_llama_cpp_loads(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True,
                          env=env, cwd=Path(__file__).parents[2]).stdout
     assert json.loads(out) == [str(tmp_path), "1"]
+
+
+def test_libmtmd_follows_a_library_loaded_before_the_model_was_known(tmp_path):
+    """The backend check at startup imports llama_cpp under the user's LLAMA_CPP_LIB_PATH before load_library runs:
+    the projector's libmtmd must still come from that build, not from llama-cpp-python's lib/ (which a GPU bundle's
+    Python side does not even have)."""
+    for library in default_dir().iterdir():
+        (tmp_path / library.name).symlink_to(library)
+    code = ("import sys, llama_cpp; from worker.engine.exactness.build_choice import Library, load_library; "
+            "load_library(Library('LLAMA_CPP_LIB_PATH', sys.argv[1], 'why')); "
+            "from llama_cpp import mtmd_cpp; print(mtmd_cpp._libmtmd_base_path)")
+    env = {key: value for key, value in os.environ.items() if key not in (LIB_PATH_ENV, SWITCH_ENV, MTMD_PATH_ENV)}
+    out = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=True,
+                         env={**env, LIB_PATH_ENV: str(tmp_path)}, cwd=Path(__file__).parents[2]).stdout
+    assert out.strip() == str(tmp_path)

@@ -28,6 +28,8 @@ def test_the_guarantee_follows_backend_mode_and_measurement(mode, numerics, back
     if expected == "measured":
         # The sentence says what was measured, never more.
         assert backend in promise.holds and f"batch_invariant={numerics.batch_invariant}" in promise.holds
+        # What holds by construction: prompts cut as their cold prefill cuts them (scheduler.chunk_grid).
+        assert "does not depend on the prompt cache" in promise.holds
 
 
 def test_backends_says_a_gpu_build_found_no_device():

@@ -80,6 +80,16 @@ class EngineConfig:
         object.__setattr__(self, "prefix_cache", CacheMode(self.prefix_cache))
         object.__setattr__(self, "spec_type", SpecType(self.spec_type))
 
+    @property
+    def on_cpu_alone(self) -> bool:
+        """Every layer on this process's CPU (no GPU backend, no rpc servers): the kernels the exactness rules know."""
+        return self.backend == "cpu" and not self.rpc_servers
+
+    @property
+    def rows_kept_apart(self) -> bool:
+        """Exact and off modes on the CPU alone: where the worker holds every row to one arithmetic."""
+        return self.prefix_cache is not CacheMode.FAST and self.on_cpu_alone
+
     def attention(self, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
         """Flash attention and the KV cells' types for this mode and backend, and whether ggml's batch-invariant
         switch is on (exactness/kv_plan.py; WorkerError for flags that clash)."""

@@ -18,10 +18,11 @@ than prefilling the same tokens beside it (scheduler.py).
 
 What "reusable" means depends on the mode:
 - exact: only cells made by prefill chunks that start and end on multiples of
-  ALIGN, because those are bitwise what a cold prefill of the same tokens makes
+  the grid, because those are bitwise what a cold prefill of the same tokens makes
   (bench/probes/kvrule.py measures it); cells made by single-token decode, and a
-  prompt's last partial chunk, are recomputed. Reuse stops at a multiple of ALIGN,
-  so the chunks after it are aligned too. Where the load-time check (exactness/load_check.py)
+  prompt's last partial chunk, are recomputed. Reuse stops at a multiple of the grid,
+  so the chunks after it are aligned too. The grid is ALIGN on the cpu backend, the
+  whole prefill chunk on a GPU (exactness/chunk_grid.py). Where the load-time check (exactness/load_check.py)
   found decode-made cells bitwise equal to prefilled ones, every matching cell, as
   in fast mode.
 - fast: every matching cell, as llama-server does; greedy text may then differ
@@ -48,16 +49,14 @@ from worker.engine.requests import NO_ADAPTERS, AdapterSet
 # weights (Q4_0, Q4_K... on x86) compute rows in groups from the chunk's start: cuts at multiples of 16
 # keep every row in the same group whatever the load, and leave at most 15 cells to recompute.
 ALIGN = 16
-# Cells settled in one engine step: small, because a request that arrives meanwhile waits for the step.
-SETTLE_TOKENS = ALIGN
 # Prefill a copy from a running slot must save. llama.cpp copies a slot's stream whole: on 2 cores, the test
 # model's 2,048-cell slot in ~9 ms and an 8,192-cell one in ~22 ms, the prefill of 3 to 7 tokens
 # (bench/probes/copycost.py).
 COPY_MIN_GAIN = 2 * ALIGN
 
 
-def align_down(position: int) -> int:
-    return position - position % ALIGN
+def align_down(position: int, grid: int = ALIGN) -> int:
+    return position - position % grid
 
 
 def common_prefix(held_tokens: list[int], prompt: list[int]) -> int:
@@ -84,14 +83,17 @@ class SlotRecord:
         return common_prefix(self.tokens, prompt) if adapters == self.adapters else 0
 
 
-def held(tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> SlotRecord:
+def held(tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS, grid: int = ALIGN) -> SlotRecord:
     """A stream holding `tokens` made under `adapters`, of which the first `prefilled` came from prefill chunks."""
-    return SlotRecord(tokens, align_down(min(prefilled, len(tokens))), adapters=adapters)
+    return SlotRecord(tokens, align_down(min(prefilled, len(tokens)), grid), adapters=adapters)
 
 
 class PrefixCache:
-    def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None) -> None:
+    def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None, grid: int = ALIGN) -> None:
+        """`grid`: the positions prefill chunks start and end on, and exact mode's reuse stops at
+        (exactness/chunk_grid.py)."""
         self.mode = mode
+        self.grid = grid
         self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included
         self._records = [SlotRecord() for _ in range(slots)]
         self.host = host if mode is not CacheMode.OFF else None  # None: dropped cells are gone
@@ -166,7 +168,11 @@ class PrefixCache:
         if not self.every_cell:
             limit = min(limit, record.exact)
         common = common_prefix(record.tokens[:limit], prompt[:limit])
-        return common if self.every_cell else align_down(common)
+        return common if self.every_cell else align_down(common, self.grid)
+
+    def held(self, tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> SlotRecord:
+        """held() on this cache's grid."""
+        return held(tokens, prefilled, adapters, self.grid)
 
     def claim(self, slot: int) -> None:
         """A request takes the slot (the caller drops the cells it does not reuse); forget what it held."""
@@ -177,7 +183,7 @@ class PrefixCache:
     def release(self, slot: int, tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> None:
         """A request left: its stream holds `tokens` made under `adapters`, of which the first `prefilled` came
         from prefill chunks."""
-        self._records[slot] = held(tokens, prefilled, adapters)
+        self._records[slot] = self.held(tokens, prefilled, adapters)
         self._records[slot].last_used = time.monotonic()
 
     def worth_saving(self, slot: int, kept: int) -> SlotRecord | None:
@@ -203,7 +209,8 @@ class PrefixCache:
         return len(self._records[slot].tokens)
 
     def unsettled(self, free_slots: list[int]) -> Settle | None:
-        """Exact mode: the next block of a free slot's decode-made cells to prefill again, newest slot first.
+        """Exact mode: the next grid block of a free slot's decode-made cells to prefill again, newest slot first
+        (one block a step: a request that arrives meanwhile waits for the step).
 
         An answer's cells were made one token at a time, so exact mode cannot reuse them; prefilled again in
         aligned chunks while the engine has nothing better to do, they become what a cold prefill makes, and
@@ -213,10 +220,10 @@ class PrefixCache:
             return None
         for slot in sorted(free_slots, key=lambda s: -self._records[s].last_used):
             record = self._records[slot]
-            target = align_down(len(record.tokens))
+            target = align_down(len(record.tokens), self.grid)
             # An image's cells came from its embeddings, which are gone: they stay as they are, unsettled.
             if target > record.exact and not any(map(is_media, record.tokens[record.exact:target])):
-                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + SETTLE_TOKENS),
+                return Settle(slot, record.tokens[:target], record.exact, min(target, record.exact + self.grid),
                               record.adapters)
         return None
 

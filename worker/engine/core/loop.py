@@ -20,7 +20,7 @@ from worker.engine.cache.cell_transfer import CellTransfer
 from worker.engine.cache.host_cache import HostCache, SavedCells
 from worker.engine.cache.prefix_cache import PrefixCache
 from worker.engine.core.runner import Events, ModelRunner
-from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget
+from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget, chunk_grid
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.errors import QueueFull
 from worker.engine.modes import CacheMode, SpecType
@@ -62,8 +62,8 @@ class EngineLoop:
         self._free_slots = list(range(self.config.parallel))
         self._stopping = False
         host = HostCache(self.config.cache_ram) if self.config.cache_ram else None
-        self.cache = PrefixCache(cache_mode, self.config.parallel, host)
         budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
+        self.cache = PrefixCache(cache_mode, self.config.parallel, host, chunk_grid(self.config, budget))
         pace = Pace()
         self._scheduler = Scheduler(self.cache, budget, pace)
         self.speculator = speculator(model)

@@ -5,16 +5,18 @@ prompt was split into llama_decode calls, and with one KV stream per slot
 llama.cpp re-splits a batch that mixes sequences (split_equal takes the same
 number of tokens from each), so:
 - each prefill chunk is its own llama_decode call, holding one sequence's tokens;
-- chunk boundaries sit on multiples of ALIGN whatever the load (only the prompt's
-  end may fall between them), a chunk never exceeds the micro-batch, so llama.cpp
-  does not split it again, and a prompt's last chunk is never a lone row;
+- chunk boundaries sit on multiples of the cache's grid whatever the load (only the
+  prompt's end may fall between them; ALIGN on the cpu backend, the whole chunk on a
+  GPU: exactness/chunk_grid.py), a chunk never exceeds the micro-batch, so llama.cpp
+  does not split it again, and a prompt's last chunk is never a lone row where the
+  grid leaves room to avoid one;
 - decode rows (one token per generating sequence) share one call, by slot order.
 
 A step runs under one LoRA adapter set: llama.cpp applies adapters to a whole context, so requests under
 different sets never share a call, and the sets take turns at the context (turns.py says when a turn ends).
 
 While sequences are decoding, a step's prefill is held to what the measured pace says fits in
-STALL_FACTOR decode steps (whole ALIGN blocks, at least two): every running stream waits for a
+STALL_FACTOR decode steps (whole grid blocks, at least two): every running stream waits for a
 step's prefill, so a long prompt arriving no longer stops them for most of a second, at the cost
 of its own time to first token (docs/cache-and-exactness.md, "Prefill beside running streams").
 """
@@ -27,10 +29,12 @@ from dataclasses import dataclass, field
 
 from worker.engine.cache.disk_cache import DiskStats
 from worker.engine.cache.host_cache import SavedCells
-from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down, held
+from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down
+from worker.engine.config import EngineConfig
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.core.slot_runs import MOVE_MAX_CELLS, beside_own_set
 from worker.engine.core.turns import Turns
+from worker.engine.modes import CacheMode
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
@@ -83,12 +87,13 @@ class Pace:
     def observe_prefill(self, seconds: float, tokens: int) -> None:
         self.prefill_token_s = _smooth(self.prefill_token_s, seconds / tokens)
 
-    def prefill_tokens_beside_streams(self, budget: int) -> int:
+    def prefill_tokens_beside_streams(self, budget: int, grid: int = ALIGN) -> int:
         """Prefill tokens a step may hold while streams decode: STALL_FACTOR decode steps' worth, whole blocks."""
         if not self.decode_step_s or not self.prefill_token_s:
             return budget  # nothing measured yet
         # At least two blocks: a prompt whose last block is one row over is cut a block early (see plan()).
-        return min(budget, max(2 * ALIGN, align_down(int(STALL_FACTOR * self.decode_step_s / self.prefill_token_s))))
+        fits = int(STALL_FACTOR * self.decode_step_s / self.prefill_token_s)
+        return min(budget, max(2 * grid, align_down(fits, grid)))
 
 
 def _smooth(average: float, sample: float) -> float:
@@ -128,6 +133,20 @@ def chunk_budget(batch_size: int, ubatch_size: int) -> int:
     return max(ALIGN, align_down(min(batch_size, ubatch_size)))
 
 
+def chunk_grid(config: EngineConfig, budget: int) -> int:
+    """The positions exact and off modes cut prompts on, and exact mode's reuse stops at.
+
+    On the CPU alone the kernels (patched, or pinned: exactness/build_choice.py) compute a row the same in any
+    chunk that starts on a multiple of ALIGN (repacked weights group rows from the chunk's start). A GPU library
+    picks its kernels by the rows of a call: on an H100, ggml-cuda gave other logits for every other cut of a prompt,
+    with flash attention off and on (bench/probes/RESULTS.md, "CUDA"). There only a chunk cut the same way makes the
+    same cells, so prompts are cut on multiples of the whole chunk, counted from position 0, and exact mode reuses
+    whole chunks: a prompt then computes as its cold prefill does, whatever was cached. Fast mode cuts on ALIGN
+    anywhere (it does not promise that).
+    """
+    return ALIGN if config.prefix_cache is CacheMode.FAST or config.on_cpu_alone else budget
+
+
 class Scheduler:
     def __init__(self, cache: PrefixCache, budget: int, pace: Pace | None = None) -> None:
         self.cache = cache
@@ -148,7 +167,8 @@ class Scheduler:
         if not waiting or not free_slots:  # most steps admit nobody
             return admitted
         # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
-        streams = {seq.slot: held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)), seq.request.adapters)
+        streams = {seq.slot: self.cache.held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)),
+                                             seq.request.adapters)
                    for seq in running}
         prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
         sets = {seq.slot: seq.request.adapters for seq in running}  # and of those admitted so far
@@ -194,7 +214,8 @@ class Scheduler:
         a burst of requests with one new system prompt then prefills it once, and the others copy it as soon as it
         is there (prefilled beside each other, they would each pay for all of it on the same cores)."""
         prompt, adapters = sequence.prompt, sequence.request.adapters
-        return any(self.cache.reusable(held(seq.prompt, len(seq.prompt), seq.request.adapters), prompt, adapters)
+        return any(self.cache.reusable(self.cache.held(seq.prompt, len(seq.prompt), seq.request.adapters),
+                                       prompt, adapters)
                    - reuse >= COPY_MIN_GAIN for seq in prefilling)
 
     def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool,
@@ -206,15 +227,18 @@ class Scheduler:
         turn = self.turns.choose(wanted, adapters, self.pace.switch_s, time.monotonic())
         serving = [seq for seq in working if seq.request.adapters == turn]
         decode = sorted((s for s in serving if s.state is SequenceState.DECODING), key=lambda s: s.slot)
-        prefill, budget = [], self.pace.prefill_tokens_beside_streams(self.budget) if decode else self.budget
+        grid = self.cache.grid
+        prefill, budget = [], self.pace.prefill_tokens_beside_streams(self.budget, grid) if decode else self.budget
         for sequence in serving:  # in admission order: the oldest prompt finishes first
             if sequence.state is not SequenceState.PREFILLING:
                 continue
             start, end = sequence.n_past, len(sequence.prompt)
             if end - start > budget:
-                end = align_down(start + budget)
-                if len(sequence.prompt) - end == 1:  # never leave a lone last row (see PrefixCache.reusable)
-                    end -= ALIGN
+                end = align_down(start + budget, grid)
+                # Never leave a lone last row (see PrefixCache.reusable), where the grid leaves room: on a GPU's
+                # grid of whole chunks a cold prefill is cut the same way, so the lone row is its too.
+                if len(sequence.prompt) - end == 1 and end - grid > start:
+                    end -= grid
             if end <= start:
                 break
             prefill.append(Chunk(sequence, start, end))

@@ -27,7 +27,6 @@ from pathlib import Path
 
 from worker.engine.config import EngineConfig
 from worker.engine.exactness.tensor_table import weight_product_types
-from worker.engine.modes import CacheMode
 
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # read by llama_cpp/llama_cpp.py at import
 # Read by llama_cpp/mtmd_cpp.py at import: libmtmd calls into libllama, so it comes from the same build (--mmproj).
@@ -59,7 +58,7 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
     if user := os.environ.get(LIB_PATH_ENV):
         return Library("LLAMA_CPP_LIB_PATH", user, f"{LIB_PATH_ENV} is set")
     default = str(default_dir())
-    if not _rows_kept_apart(config):
+    if not config.rows_kept_apart:
         return Library("default", default, "rows may depend on their batch (fast mode), or not a cpu-only model")
     if batch_invariant_installed(patched) and (config.mmproj is None or has_mtmd(patched)):
         return Library("batch-invariant", str(patched), f"{SWITCH_ENV}=1: every row's arithmetic ignores its batch")
@@ -85,13 +84,8 @@ def expects_batch_invariant(config: EngineConfig, patched: Path = BATCH_INVARIAN
                             projector: bool = False) -> bool:
     """Will choose_library give this config the batch-invariant build (for flags checked before a model is known)?
     `projector`: one will load (--mmproj), though the config cannot name its file until it is fetched."""
-    return (LIB_PATH_ENV not in os.environ and _rows_kept_apart(config) and batch_invariant_installed(patched)
+    return (LIB_PATH_ENV not in os.environ and config.rows_kept_apart and batch_invariant_installed(patched)
             and (not (projector or config.mmproj) or has_mtmd(patched)))
-
-
-def _rows_kept_apart(config: EngineConfig) -> bool:
-    """Exact and off modes on the cpu backend alone: where the worker holds every row to one arithmetic."""
-    return config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
 
 
 def batch_invariant_installed(patched: Path = BATCH_INVARIANT_DIR) -> bool:
@@ -111,15 +105,25 @@ def load_library(library: Library) -> Library:
             os.environ[LIB_PATH_ENV] = library.path
         if library.build == "batch-invariant":
             os.environ[SWITCH_ENV] = "1"
-        if library.build != "default" and has_mtmd(Path(library.path)):
-            os.environ[MTMD_PATH_ENV] = library.path
-        return library
-    loaded = loaded_library()
-    if loaded == library.path:
-        return library
-    return Library(loaded_build(), loaded, f"llama.cpp was loaded before the model was known, where {library.build} "
-                                           f"was chosen ({library.reason}): restart the worker to load it",
-                   fallback=library.fallback or library.build == "batch-invariant")
+        loaded = library
+    elif (path := loaded_library()) == library.path:
+        loaded = library
+    else:
+        loaded = Library(loaded_build(), path, f"llama.cpp was loaded before the model was known, where "
+                                               f"{library.build} was chosen ({library.reason}): restart the worker "
+                                               "to load it",
+                         fallback=library.fallback or library.build == "batch-invariant")
+    _pair_mtmd(loaded)
+    return loaded
+
+
+def _pair_mtmd(library: Library) -> None:
+    """libmtmd from the build libllama comes from. llama_cpp/mtmd_cpp.py reads MTMD_CPP_LIB when the projector first
+    imports it, which can be after llama_cpp itself was imported (the backend check at startup imports it under
+    LLAMA_CPP_LIB_PATH): without this, a build of the user's would pair with llama-cpp-python's own libmtmd, or with
+    none where the package has no lib/ (a GPU bundle)."""
+    if library.build != "default" and has_mtmd(Path(library.path)) and "llama_cpp.mtmd_cpp" not in sys.modules:
+        os.environ[MTMD_PATH_ENV] = library.path
 
 
 def loaded_library() -> str:

@@ -4,7 +4,10 @@ The promise rests on kernels that compute a row the same way whatever its batch.
 llama.cpp to such kernels (kv_plan.py, ggml_switches.py, build_choice.py) and the load-time check (load_check.py)
 confirms it. A GPU library picks its kernels by batch shape (ggml-cuda's matrix-vector kernels up to 8 rows and
 stream-K tiles beyond, ggml-vulkan's own split by rows), which a check of a few shapes cannot cover: there the
-check's result is reported, and nothing beyond it is promised (docs/cache-and-exactness.md, "On a GPU").
+check's result is reported. What holds there by construction is the cache's part: exact and off modes cut every
+prompt on whole prefill chunks counted from its start, and exact mode reuses whole prefilled chunks only
+(core/scheduler.py, chunk_grid), so a prompt computes as its cold prefill does, the same calls of the same shapes
+(docs/cache-and-exactness.md, "On a GPU").
 """
 
 from __future__ import annotations
@@ -36,9 +39,11 @@ def guarantee(mode: CacheMode, numerics: Numerics, backend: str, rpc: bool) -> G
         measured = (f"it measured decoded_cells_exact={numerics.decoded_cells_exact}, "
                     f"batch_invariant={numerics.batch_invariant} in the shapes it tried"
                     if checked else "it did not run")
-        return Guarantee("measured", f"on {where} llama.cpp picks kernels by batch shape, which the load-time check "
-                                     f"cannot cover ({measured}): greedy text may depend on the requests beside it "
-                                     "and on how a prompt was cut; --parallel 1 keeps requests apart")
+        return Guarantee("measured", f"on {where} prompts are cut on whole prefill chunks and the cache reuses "
+                                     "whole prefilled chunks only, so greedy text does not depend on the prompt "
+                                     "cache; llama.cpp picks kernels by batch shape, which the load-time check "
+                                     f"cannot cover ({measured}): it may depend on the requests beside it; "
+                                     "--parallel 1 keeps requests apart")
     if numerics.batch_invariant is False:
         return Guarantee("cache-only", f"on {where} a row's logits moved with the rows beside it in the load-time "
                                        "check: greedy text does not depend on the prompt cache, but may on the "

@@ -85,7 +85,7 @@ def measure(model: LlamaModel) -> Numerics:
         values = [each[index] for each in found]
         return None if values[0] is None else all(values)
 
-    return Numerics(agreed(0), agreed(1), trusted=config.backend == "cpu" and not config.rpc_servers,
+    return Numerics(agreed(0), agreed(1), trusted=config.on_cpu_alone,
                     verify_rows_exact=agreed(2), moved_cells_exact=agreed(3))
 
 

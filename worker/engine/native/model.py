@@ -13,7 +13,6 @@ import structlog
 from worker.engine.config import EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
 from worker.engine.exactness.build_choice import loaded_library
-from worker.engine.modes import CacheMode
 from worker.engine.native import llama_log
 from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
@@ -98,7 +97,7 @@ class LlamaModel:
         self.config = config
         # Exact and off modes hold each row to kernels that ignore the batch, on the cpu backend
         # (exactness/ggml_switches.py).
-        row_invariant = config.prefix_cache is not CacheMode.FAST and config.backend == "cpu" and not config.rpc_servers
+        row_invariant = config.rows_kept_apart
         switch_on = row_invariant and kernels.switch_is_on(loaded_library())
         self.kernels = kernels.choose_kernels(path, row_invariant, switch_on)
         kernels.apply(self.kernels)
