@@ -150,11 +150,12 @@ def cli() -> None:
               "Each request gets ctx-size / parallel.  [default: the models.toml entry's ctx_size, else 0]")
 @_option("--parallel", "-np", env="PARALLEL", section=CACHE, type=click.IntRange(min=1, max=256), default=4,
          show_default=True, help="Sequence slots decoded together (continuous batching).")
-@_option("--batch-size", "-b", env="BATCH_SIZE", section=CACHE, type=click.IntRange(min=64), default=512,
-         show_default=True, help="Most prompt tokens prefilled in one engine step (cut at multiples of 16 positions).")
+@_option("--batch-size", "-b", env="BATCH_SIZE", section=CACHE, type=click.IntRange(min=64), default=None,
+         help="Most prompt tokens prefilled in one engine step (cut at multiples of 16 positions on the cpu "
+              "backend, of --ubatch-size on a GPU).  [default: 512 on the cpu backend, else 2048]")
 @_option("--ubatch-size", "-ub", env="UBATCH_SIZE", section=CACHE, type=click.IntRange(min=64), default=None,
-         help="Physical micro-batch size; a prefill chunk never exceeds it.  [default: 256 on the cpu backend "
-              "(its compute buffer, in RAM, grows with it), else 512]")
+         help="Physical micro-batch size; on the cpu backend a prefill chunk never exceeds it.  [default: 256 on "
+              "the cpu backend (its compute buffer, in RAM, grows with it), else 512]")
 @_option("--prefix-cache", env="PREFIX_CACHE", section=CACHE, type=click.Choice(["exact", "fast", "off"]),
          default="exact", show_default=True,
          help="Reuse KV cells a new prompt shares with a finished request's. exact: only cells that are bitwise "

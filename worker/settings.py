@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.engine.config import EngineConfig, default_ubatch_size
+from worker.engine.config import EngineConfig, default_batch_size, default_ubatch_size
 from worker.engine.exactness.build_choice import expects_batch_invariant
 from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
@@ -76,12 +76,13 @@ class Settings:
 def settings_from_flags(flags: dict) -> Settings:
     """The CLI's flags (already range-checked by click) as one Settings."""
     engine_fields = {name: flags[name] for name in (
-        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "batch_size", "max_queue", "cache_ram",
+        "device", "n_gpu_layers", "rpc_servers", "ctx_size", "parallel", "max_queue", "cache_ram",
         "cache_type_k", "cache_type_v", "flash_attn", "reasoning_format", "embeddings", "pooling",
         "model_draft", "draft_max", "draft_min",
     )}
     backend = flags["backend"].lower()
-    ubatch = flags["ubatch_size"]
+    batch, ubatch = flags["batch_size"], flags["ubatch_size"]
+    engine_fields["batch_size"] = default_batch_size(backend) if batch is None else batch
     engine_fields["ubatch_size"] = default_ubatch_size(backend) if ubatch is None else ubatch
     if flags["pooling"] and not flags["embeddings"]:
         raise WorkerError(f"--pooling {flags['pooling']} only applies to embeddings: add --embeddings")

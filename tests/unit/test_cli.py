@@ -17,11 +17,17 @@ def test_the_configuration_page_documents_every_serve_flag_in_the_same_sections(
     assert not undocumented, f"docs/configuration.md lacks {undocumented}"
 
 
-@pytest.mark.parametrize("args,ubatch", [((), 256), (("--backend", "cuda"), 512), (("-ub", "128"), 128)])
-def test_the_micro_batch_defaults_to_256_on_cpu(args, ubatch):
-    """The cpu backend's compute buffer is in RAM and grows with -ub; a GPU keeps llama.cpp's 512."""
+@pytest.mark.parametrize("args,batch,ubatch", [
+    ((), 512, 256), (("--backend", "cuda"), 2048, 512), (("-ub", "128"), 512, 128),
+    (("--backend", "cuda", "-b", "1024"), 1024, 512),
+])
+def test_the_batches_default_by_backend(args, batch, ubatch):
+    """The cpu backend's compute buffer is in RAM and grows with -ub (256 there); a GPU keeps llama.cpp's 512, and
+    llama.cpp's 2048 for the batch: a prefill chunk there is the whole batch, run as micro-batches back to back
+    (scheduler.chunk_budget)."""
     from worker.cli import serve
     from worker.settings import settings_from_flags
 
     flags = serve.make_context("serve", list(args)).params
-    assert settings_from_flags(flags).engine.ubatch_size == ubatch
+    engine = settings_from_flags(flags).engine
+    assert (engine.batch_size, engine.ubatch_size) == (batch, ubatch)

@@ -6,7 +6,7 @@ from collections import deque
 
 from worker.engine.cache.prefix_cache import ALIGN, PrefixCache, Reuse, align_down
 from worker.engine.config import EngineConfig
-from worker.engine.core.scheduler import STALL_FACTOR, Pace, Scheduler, chunk_grid
+from worker.engine.core.scheduler import STALL_FACTOR, Pace, Scheduler, chunk_budget, chunk_grid
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.modes import CacheMode
 from worker.engine.requests import Request
@@ -139,15 +139,21 @@ def test_prefill_beside_running_streams_is_held_to_the_measured_pace():
     assert Pace().prefill_tokens_beside_streams(256) == 256  # nothing measured yet: the whole budget
 
 
-def test_a_gpu_cuts_exact_and_off_prompts_on_whole_chunks_and_fast_or_the_cpu_on_blocks():
-    """ggml-cuda computes a row by the rows of its call: only a chunk cut as the cold prefill cuts it makes the
-    same cells (chunk_grid)."""
-    for config in (EngineConfig(backend="cuda"), EngineConfig(backend="vulkan", prefix_cache=CacheMode.OFF),
-                   EngineConfig(rpc_servers=("h:1",))):
-        assert chunk_grid(config, 512) == 512, config
-    for config in (EngineConfig(), EngineConfig(prefix_cache=CacheMode.OFF),
-                   EngineConfig(backend="cuda", prefix_cache=CacheMode.FAST)):
-        assert chunk_grid(config, 512) == ALIGN, config
+def test_a_gpu_cuts_exact_and_off_prompts_on_micro_batches_and_prefills_whole_batches():
+    """ggml-cuda computes a row by the rows of its micro-batch: only one cut as the cold prefill cuts it makes the
+    same cells (chunk_grid). A chunk there is the whole batch, which llama.cpp cuts into micro-batches from the
+    chunk's start; on the CPU a chunk is one micro-batch, on ALIGN."""
+    for config in (EngineConfig(backend="cuda", batch_size=2048, ubatch_size=512),
+                   EngineConfig(backend="vulkan", batch_size=2048, ubatch_size=512, prefix_cache=CacheMode.OFF),
+                   EngineConfig(rpc_servers=("h:1",), batch_size=2048, ubatch_size=512)):
+        assert (chunk_grid(config), chunk_budget(config)) == (512, 2048), config
+    # llama.cpp's own micro-batch, not a multiple of ALIGN: the grid is what llama.cpp cuts on.
+    assert (chunk_grid(EngineConfig(backend="cuda", batch_size=2048, ubatch_size=500)),
+            chunk_budget(EngineConfig(backend="cuda", batch_size=2048, ubatch_size=500))) == (500, 2000)
+    assert chunk_grid(EngineConfig(backend="cuda", prefix_cache=CacheMode.FAST)) == ALIGN
+    for config in (EngineConfig(batch_size=512, ubatch_size=256), EngineConfig(prefix_cache=CacheMode.OFF,
+                                                                                 batch_size=512, ubatch_size=256)):
+        assert (chunk_grid(config), chunk_budget(config)) == (ALIGN, 256), config
 
 
 def prefill_chunks(scheduler: Scheduler, prompt: list[int], n_past: int,
@@ -162,26 +168,26 @@ def prefill_chunks(scheduler: Scheduler, prompt: list[int], n_past: int,
     return chunks
 
 
-def test_on_a_chunk_grid_a_prompt_is_cut_as_its_cold_prefill_is_whatever_was_cached_or_runs_beside():
-    grid = 64
+def test_on_a_micro_batch_grid_a_prompt_is_cut_as_its_cold_prefill_is_whatever_was_cached_or_runs_beside():
+    grid = 64  # the micro-batch; chunks of two
     pace = Pace()
     pace.observe_decode(0.050, 1)
     pace.observe_prefill(0.640, 64)  # 10 ms a token: on ALIGN the pace would allow 16-token chunks
     cache = PrefixCache(CacheMode.EXACT, 4, grid=grid)
-    scheduler = Scheduler(cache, budget=grid, pace=pace)
+    scheduler = Scheduler(cache, budget=2 * grid, pace=pace)
     streaming = running(list(range(600, 640)), slot=0, n_past=45, state=SequenceState.DECODING)
-    prompt = list(range(10, 10 + 3 * grid + 1))  # a lone last row past the grid: a cold prefill runs it so too
+    prompt = list(range(10, 10 + 4 * grid + 1))  # a lone last row past the grid: a cold prefill runs it so too
     cold = prefill_chunks(scheduler, prompt, 0, [])
-    assert cold == [(0, 64), (64, 128), (128, 192), (192, 193)]
+    assert cold == [(0, 128), (128, 192), (192, 257)]
     assert prefill_chunks(scheduler, prompt, 0, [streaming]) == cold
-    # A turn's prompt of 150 tokens and its answer: the next turn reuses the whole prefilled chunks alone, and is
-    # cut from there as a cold prefill of it is.
+    # A turn's prompt of 150 tokens and its answer: the next turn reuses the whole prefilled micro-batches alone,
+    # and its chunks from there start on the grid, as the cold prefill's micro-batches do.
     cache.claim(0)
     cache.release(0, prompt[:150] + list(range(2000, 2030)), prefilled=150)
     reuse = cache.choose(prompt, [0], {})
     assert reuse.cells == 128
-    assert prefill_chunks(scheduler, prompt, reuse.cells, [streaming]) == cold[2:]
-    # While idle, an answer is prefilled again a whole chunk at a time: a prompt of 150 and 60 answer tokens.
+    assert prefill_chunks(scheduler, prompt, reuse.cells, [streaming]) == cold[1:]
+    # While idle, an answer is prefilled again a whole micro-batch at a time: a prompt of 150 and 60 answer tokens.
     cache.release(0, prompt[:150] + list(range(2000, 2060)), prefilled=150)
     settle = cache.unsettled([0])
     assert settle is not None and (settle.start, settle.end) == (128, 192)

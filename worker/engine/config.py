@@ -36,6 +36,13 @@ class Lora:
     scale: float = 1.0
 
 
+def default_batch_size(backend: str) -> int:
+    """On the cpu backend a prefill chunk is one micro-batch, so more would not be used. On a GPU a chunk is the
+    whole batch, which llama.cpp runs as micro-batches back to back without waiting between them: llama.cpp's 2048,
+    as llama-server (core/scheduler.py, chunk_budget)."""
+    return 512 if backend == "cpu" else 2048
+
+
 def default_ubatch_size(backend: str) -> int:
     """A GPU backend's compute buffer is not in RAM and its prefill speed at 256 was not measured: llama.cpp's 512."""
     return CPU_UBATCH_SIZE if backend == "cpu" else 512
@@ -54,7 +61,7 @@ class EngineConfig:
     ctx_size: int | None = None  # all slots together; 0: the model's training context; None: not given
     parallel: int = 4  # sequence slots decoded together
     batch_size: int = 512  # tokens per llama_decode call (prefill chunks + decode tokens)
-    ubatch_size: int = CPU_UBATCH_SIZE  # physical micro-batch; a prefill chunk never exceeds it
+    ubatch_size: int = CPU_UBATCH_SIZE  # physical micro-batch; a prefill chunk exceeds it on a GPU alone
     threads: int = default_threads()
     max_queue: int = 64
     prefix_cache: CacheMode = CacheMode.EXACT

@@ -22,9 +22,9 @@ What "reusable" means depends on the mode:
   (bench/probes/kvrule.py measures it); cells made by single-token decode, and a
   prompt's last partial chunk, are recomputed. Reuse stops at a multiple of the grid,
   so the chunks after it are aligned too. The grid is ALIGN on the cpu backend, the
-  whole prefill chunk on a GPU (exactness/chunk_grid.py). Where the load-time check (exactness/load_check.py)
-  found decode-made cells bitwise equal to prefilled ones, every matching cell, as
-  in fast mode.
+  micro-batch on a GPU (core/scheduler.py, chunk_grid). Where the load-time check
+  (exactness/load_check.py) found decode-made cells bitwise equal to prefilled ones,
+  every matching cell, as in fast mode.
 - fast: every matching cell, as llama-server does; greedy text may then differ
   from a cold run.
 - off: nothing; every prompt is prefilled whole.
@@ -91,7 +91,7 @@ def held(tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS, 
 class PrefixCache:
     def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None, grid: int = ALIGN) -> None:
         """`grid`: the positions prefill chunks start and end on, and exact mode's reuse stops at
-        (exactness/chunk_grid.py)."""
+        (core/scheduler.py, chunk_grid)."""
         self.mode = mode
         self.grid = grid
         self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included

@@ -62,8 +62,8 @@ class EngineLoop:
         self._free_slots = list(range(self.config.parallel))
         self._stopping = False
         host = HostCache(self.config.cache_ram) if self.config.cache_ram else None
-        budget = chunk_budget(self.config.batch_size, self.config.ubatch_size)
-        self.cache = PrefixCache(cache_mode, self.config.parallel, host, chunk_grid(self.config, budget))
+        budget = chunk_budget(self.config)
+        self.cache = PrefixCache(cache_mode, self.config.parallel, host, chunk_grid(self.config))
         pace = Pace()
         self._scheduler = Scheduler(self.cache, budget, pace)
         self.speculator = speculator(model)

@@ -6,10 +6,10 @@ llama.cpp re-splits a batch that mixes sequences (split_equal takes the same
 number of tokens from each), so:
 - each prefill chunk is its own llama_decode call, holding one sequence's tokens;
 - chunk boundaries sit on multiples of the cache's grid whatever the load (only the
-  prompt's end may fall between them; ALIGN on the cpu backend, the whole chunk on a
-  GPU: exactness/chunk_grid.py), a chunk never exceeds the micro-batch, so llama.cpp
-  does not split it again, and a prompt's last chunk is never a lone row where the
-  grid leaves room to avoid one;
+  prompt's end may fall between them; ALIGN on the cpu backend, where a chunk never
+  exceeds the micro-batch, so llama.cpp does not split it again; the micro-batch on a
+  GPU, where llama.cpp splits a chunk on it: chunk_grid), and a prompt's last chunk is
+  never a lone row where the grid leaves room to avoid one;
 - decode rows (one token per generating sequence) share one call, by slot order.
 
 A step runs under one LoRA adapter set: llama.cpp applies adapters to a whole context, so requests under
@@ -128,23 +128,31 @@ class Admission:
     saved: SavedCells | None = None  # cells in host memory loaded into this slot first (host_cache.py)
 
 
-def chunk_budget(batch_size: int, ubatch_size: int) -> int:
-    """Prefill tokens per step: whole ALIGN blocks that fit one micro-batch."""
-    return max(ALIGN, align_down(min(batch_size, ubatch_size)))
+def chunk_budget(config: EngineConfig) -> int:
+    """Prefill tokens per step. On the CPU alone: whole ALIGN blocks that fit one micro-batch, so that llama.cpp does
+    not cut a chunk again. On a GPU: whole micro-batches that fit the batch, which llama.cpp runs back to back in one
+    call, cut at multiples of the micro-batch from the chunk's start (on chunk_grid's grid, where a cold prefill cuts
+    too); one call a micro-batch would leave the GPU idle while the next call's graph is built."""
+    ubatch = min(config.batch_size, config.ubatch_size)  # llama.cpp's n_ubatch (native/model.py)
+    if config.on_cpu_alone:
+        return max(ALIGN, align_down(ubatch))
+    return config.batch_size - config.batch_size % ubatch
 
 
-def chunk_grid(config: EngineConfig, budget: int) -> int:
+def chunk_grid(config: EngineConfig) -> int:
     """The positions exact and off modes cut prompts on, and exact mode's reuse stops at.
 
     On the CPU alone the kernels (patched, or pinned: exactness/build_choice.py) compute a row the same in any
     chunk that starts on a multiple of ALIGN (repacked weights group rows from the chunk's start). A GPU library
     picks its kernels by the rows of a call: on an H100, ggml-cuda gave other logits for every other cut of a prompt,
     with flash attention off and on (bench/probes/RESULTS.md, "CUDA"). There only a chunk cut the same way makes the
-    same cells, so prompts are cut on multiples of the whole chunk, counted from position 0, and exact mode reuses
-    whole chunks: a prompt then computes as its cold prefill does, whatever was cached. Fast mode cuts on ALIGN
-    anywhere (it does not promise that).
+    same cells, so prompts are cut on multiples of the micro-batch, counted from position 0 (llama.cpp cuts a
+    chunk into micro-batches from its start), and exact mode reuses whole micro-batches: a prompt then computes as
+    its cold prefill does, whatever was cached. Fast mode cuts on ALIGN anywhere (it does not promise that).
     """
-    return ALIGN if config.prefix_cache is CacheMode.FAST or config.on_cpu_alone else budget
+    if config.prefix_cache is CacheMode.FAST or config.on_cpu_alone:
+        return ALIGN
+    return min(config.batch_size, config.ubatch_size)
 
 
 class Scheduler:
@@ -236,7 +244,7 @@ class Scheduler:
             if end - start > budget:
                 end = align_down(start + budget, grid)
                 # Never leave a lone last row (see PrefixCache.reusable), where the grid leaves room: on a GPU's
-                # grid of whole chunks a cold prefill is cut the same way, so the lone row is its too.
+                # grid of micro-batches a cold prefill is cut the same way, so the lone row is its too.
                 if len(sequence.prompt) - end == 1 and end - grid > start:
                     end -= grid
             if end <= start:

@@ -5,9 +5,9 @@ llama.cpp to such kernels (kv_plan.py, ggml_switches.py, build_choice.py) and th
 confirms it. A GPU library picks its kernels by batch shape (ggml-cuda's matrix-vector kernels up to 8 rows and
 stream-K tiles beyond, ggml-vulkan's own split by rows), which a check of a few shapes cannot cover: there the
 check's result is reported. What holds there by construction is the cache's part: exact and off modes cut every
-prompt on whole prefill chunks counted from its start, and exact mode reuses whole prefilled chunks only
-(core/scheduler.py, chunk_grid), so a prompt computes as its cold prefill does, the same calls of the same shapes
-(docs/cache-and-exactness.md, "On a GPU").
+prompt on micro-batches counted from its start, and exact mode reuses whole prefilled micro-batches only
+(core/scheduler.py, chunk_grid), so a prompt computes as its cold prefill does, the same micro-batches over the same
+cells (docs/cache-and-exactness.md, "On a GPU").
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ def guarantee(mode: CacheMode, numerics: Numerics, backend: str, rpc: bool) -> G
         measured = (f"it measured decoded_cells_exact={numerics.decoded_cells_exact}, "
                     f"batch_invariant={numerics.batch_invariant} in the shapes it tried"
                     if checked else "it did not run")
-        return Guarantee("measured", f"on {where} prompts are cut on whole prefill chunks and the cache reuses "
-                                     "whole prefilled chunks only, so greedy text does not depend on the prompt "
+        return Guarantee("measured", f"on {where} prompts are cut on micro-batches and the cache reuses "
+                                     "whole prefilled micro-batches only, so greedy text does not depend on the prompt "
                                      "cache; llama.cpp picks kernels by batch shape, which the load-time check "
                                      f"cannot cover ({measured}): it may depend on the requests beside it; "
                                      "--parallel 1 keeps requests apart")
