@@ -251,10 +251,18 @@ def test_gpu_image_builds_and_lists_its_backend(backend):
             *(["--secret", f"id=pip_cert,src={cert}"] if (cert := os.environ.get("PIP_CERT")) else [])]
     subprocess.run([DOCKER, "build", "-f", f"docker/{backend}.Dockerfile", "-t", tag, *args, "."], cwd=REPO,
                    check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=4 * 3600)
-    info = json.loads(subprocess.run([DOCKER, "run", "--rm", *(f"--env={k}={v}" for k, v in LAVAPIPE.items()),
-                                      "--entrypoint", "llm-worker", tag, "backends", "--json"],
-                                     capture_output=True, text=True, check=True, timeout=300).stdout)
-    assert backend in info["servable"] and info["gpu_offload"] is True
+    def backends(*flags: str) -> str:
+        return subprocess.run([DOCKER, "run", "--rm", *(f"--env={k}={v}" for k, v in LAVAPIPE.items()),
+                               "--entrypoint", "llm-worker", tag, "backends", *flags],
+                              capture_output=True, text=True, check=True, timeout=300).stdout
+
+    info = json.loads(backends("--json"))
+    assert backend in info["servable"]
+    # Offload needs a device: lavapipe is in the vulkan image; the cuda image finds none on a machine without a
+    # GPU (or without --gpus), and says so rather than "rebuild".
+    assert info["gpu_offload"] is any(d["backend"] == backend for d in info["devices"])
+    if not info["gpu_offload"]:
+        assert f"the build has {backend} but found no device" in backends()
     unresolved = subprocess.run(
         [DOCKER, "run", "--rm", "--entrypoint", "sh", tag, "-c", "ldd /opt/llm-worker/lib/python3*/site-packages/"
          "llama_cpp/lib/*.so | grep 'not found' || true"], capture_output=True, text=True, check=True).stdout
