@@ -13,7 +13,7 @@ from worker.engine.modes import CacheMode, SpecType
 from worker.errors import WorkerError
 from worker.logs import default_format
 from worker.source.projector import projector_source
-from worker.source.registry import ProjectorSource
+from worker.source.sources import ProjectorSource
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 IMAGE_MAX_BYTES = 20 * 2**20  # OpenAI's limit for one image

@@ -11,7 +11,8 @@ from worker.errors import WorkerError
 from worker.source import load_registry
 from worker.source.ggufs import gguf_choices, pick, pick_projector
 from worker.source.hubref import parse_hub_ref
-from worker.source.registry import HubSource, ModelDefaults
+from worker.source.registry import ModelDefaults
+from worker.source.sources import HubSource
 
 
 @pytest.mark.parametrize("value,expected", [

@@ -18,7 +18,7 @@ from worker.engine.prompt.media import MEDIA_MARKER, MediaSpan, runs, stand_ins,
 from worker.errors import WorkerError
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MediaSettings
 from worker.source import load_registry
-from worker.source.registry import HubSource, PathSource
+from worker.source.sources import HubSource, PathSource
 
 
 def read(url: object, media: MediaSettings = MediaSettings()) -> tuple[object, list[str]]:

@@ -30,7 +30,7 @@ from worker.logs import bridge_library_logs
 from worker.source.cache import sha256_of
 from worker.source.ggufs import GgufChoice, gguf_choices, pick, pick_projector
 from worker.source.progress import DownloadProgress
-from worker.source.registry import HubSource
+from worker.source.sources import HubSource
 
 log = structlog.get_logger(__name__)
 bridge_library_logs()  # importing huggingface_hub just gave its logger a plain handler

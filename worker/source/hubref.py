@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker.errors import WorkerError
-from worker.source.registry import HubSource
+from worker.source.sources import HubSource
 
 HUB_PREFIX = "hf:"
 

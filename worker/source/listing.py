@@ -12,7 +12,8 @@ from huggingface_hub.errors import CacheNotFound
 from worker.source.ggufs import gguf_choices, human_bytes
 from worker.source.hub import cached_hub_files
 from worker.source.package import cached_path
-from worker.source.registry import HubSource, PackageSource, PathSource, Registry
+from worker.source.registry import Registry
+from worker.source.sources import HubSource, PackageSource, PathSource
 
 
 def _existing(*paths: Path) -> list[Path] | None:

@@ -17,7 +17,7 @@ import structlog
 
 from worker.errors import WorkerError
 from worker.source.cache import atomic_file, cache_dir
-from worker.source.registry import PackageSource
+from worker.source.sources import PackageSource
 
 log = structlog.get_logger(__name__)
 

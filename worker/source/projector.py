@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from worker.source.hubref import HUB_PREFIX, parse_hub_ref
-from worker.source.registry import PathSource, ProjectorSource
+from worker.source.sources import PathSource, ProjectorSource
 
 
 def projector_source(value: str, folder: Path | None = None) -> ProjectorSource:

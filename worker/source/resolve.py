@@ -15,7 +15,8 @@ from worker.progress import ProgressFn
 from worker.source.convert import Conversion
 from worker.source.hubref import HUB_PREFIX, parse_hub_ref
 from worker.source.package import fetch_package_file
-from worker.source.registry import HubSource, ModelDefaults, PackageSource, PathSource, Registry, Source
+from worker.source.registry import ModelDefaults, Registry
+from worker.source.sources import HubSource, PackageSource, PathSource, Source
 
 
 @dataclass(frozen=True)
