@@ -88,6 +88,11 @@ class EngineConfig:
         object.__setattr__(self, "spec_type", SpecType(self.spec_type))
 
     @property
+    def micro_batch(self) -> int:
+        """llama.cpp's n_ubatch: --ubatch-size, at most --batch-size."""
+        return min(self.ubatch_size, self.batch_size)
+
+    @property
     def on_cpu_alone(self) -> bool:
         """Every layer on this process's CPU (no GPU backend, no rpc servers): the kernels the exactness rules know."""
         return self.backend == "cpu" and not self.rpc_servers

@@ -206,7 +206,7 @@ class WorkerLife:
 
 async def serve(settings: Settings) -> None:
     config = settings.engine
-    if config.backend != "cpu" or config.rpc_servers:
+    if not config.on_cpu_alone:
         # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
         # one such a model gets; a cpu-only model's is chosen once the model is known
         # (engine/exactness/build_choice.py), and every build has the cpu backend.

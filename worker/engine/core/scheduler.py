@@ -133,10 +133,9 @@ def chunk_budget(config: EngineConfig) -> int:
     not cut a chunk again. On a GPU: whole micro-batches that fit the batch, which llama.cpp runs back to back in one
     call, cut at multiples of the micro-batch from the chunk's start (on chunk_grid's grid, where a cold prefill cuts
     too); one call a micro-batch would leave the GPU idle while the next call's graph is built."""
-    ubatch = min(config.batch_size, config.ubatch_size)  # llama.cpp's n_ubatch (native/model.py)
     if config.on_cpu_alone:
-        return max(ALIGN, align_down(ubatch))
-    return config.batch_size - config.batch_size % ubatch
+        return max(ALIGN, align_down(config.micro_batch))
+    return config.batch_size - config.batch_size % config.micro_batch
 
 
 def chunk_grid(config: EngineConfig) -> int:
@@ -152,7 +151,7 @@ def chunk_grid(config: EngineConfig) -> int:
     """
     if config.prefix_cache is CacheMode.FAST or config.on_cpu_alone:
         return ALIGN
-    return min(config.batch_size, config.ubatch_size)
+    return config.micro_batch
 
 
 class Scheduler:

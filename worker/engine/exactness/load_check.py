@@ -75,7 +75,7 @@ def measure(model: LlamaModel) -> Numerics:
     """The two measurements exact mode rests on, on any backend; None where a sequence or a micro-batch is too
     small for the probe. Runs on the engine thread before any request, in slots 0 and 1, which it leaves empty."""
     config = model.config
-    if model.n_ctx_seq < PROBE_TOKENS or min(config.batch_size, config.ubatch_size) < PROBE_TOKENS:
+    if model.n_ctx_seq < PROBE_TOKENS or config.micro_batch < PROBE_TOKENS:
         return Numerics(None, None)
     every_adapter = AdapterSet.of(dict.fromkeys(range(len(model.adapters.adapters)), 1.0))
     found = [_measured(model, adapters) for adapters in dict.fromkeys((NO_ADAPTERS, every_adapter))]

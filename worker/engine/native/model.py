@@ -164,7 +164,7 @@ class LlamaModel:
         params.n_ctx = config.ctx_size or self.n_ctx_train
         params.n_seq_max = config.parallel
         params.n_batch = config.batch_size
-        params.n_ubatch = min(config.ubatch_size, config.batch_size)
+        params.n_ubatch = config.micro_batch
         params.n_threads = params.n_threads_batch = config.threads
         # One KV stream per sequence: a request's output never depends on its neighbours
         # (measured: a unified cache made 2 of 4 concurrent greedy streams drift).
@@ -182,7 +182,7 @@ class LlamaModel:
     def _new_pooled_context(self, config: EngineConfig, pooling: int, what: str, fix: str) -> Pooled:
         """A context /v1/embeddings or /v1/rerank decodes in, on the same weights. Pooling reads a whole input from
         one ubatch, so batch = ubatch = KV cells: the most tokens one input may hold."""
-        size = min(config.ubatch_size, config.batch_size, self.n_ctx_train)
+        size = min(config.micro_batch, self.n_ctx_train)
         params = llama_cpp.llama_context_default_params()
         params.n_ctx = params.n_batch = params.n_ubatch = size
         params.n_seq_max = EMBEDDING_SEQS
