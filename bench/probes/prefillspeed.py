@@ -1,13 +1,13 @@
 """Probe: prefill and decode tok/s of one sequence, to compare llama.cpp builds (e.g. with and without llamafile).
 
 Prefills PROMPT tokens (1,536 unless set; a multiple of 256) in 256-token chunks into a 4-slot context (8,192
-tokens, more if the prompt needs it), then decodes 64 tokens one at a time; ROUNDS rounds (3 unless set). ATTN
-picks the attention: pinned (flash attention on, K cells q8_0, V f16: every row through its per-row kernel, as
-exact mode runs on the cpu backend; the default), fast (flash attention on, f16 cells: the kernels llama.cpp picks
-by shape, as fast mode runs), off (no flash attention, f16 cells). REPACK=0 loads the weights unrepacked;
-ATTN=fa:K:V names any cell types (fa:f32:f16, nofa:f16:f16); GGML_CPU_TILED_MM=0 or GGML_CPU_TILED_MM_FORCE=1 hold
-K-quant products to one kernel. Point llama-cpp-python at another build's libraries with LLAMA_CPP_LIB_PATH, and
-alternate the runs (this machine's speed drifts):
+tokens, more if the prompt needs it), then decodes DECODE tokens (64 unless set) one at a time; ROUNDS rounds (3
+unless set). ATTN picks the attention: pinned (flash attention on, K cells q8_0, V f16: every row through its
+per-row kernel, as exact mode runs on the cpu backend; the default), fast (flash attention on, f16 cells: the
+kernels llama.cpp picks by shape, as fast mode runs), off (no flash attention, f16 cells). REPACK=0 loads the
+weights unrepacked; ATTN=fa:K:V names any cell types (fa:f32:f16, nofa:f16:f16); GGML_CPU_TILED_MM=0 or
+GGML_CPU_TILED_MM_FORCE=1 hold K-quant products to one kernel. Point llama-cpp-python at another build's libraries
+with LLAMA_CPP_LIB_PATH, and alternate the runs (this machine's speed drifts):
   python bench/probes/prefillspeed.py MODEL.gguf [more.gguf ...]
   LLAMA_CPP_LIB_PATH=$(CMAKE_ARGS=-DGGML_LLAMAFILE=OFF scripts/build-llama-cpp cpu-native llama | tail -1) \
       python bench/probes/prefillspeed.py MODEL.gguf
@@ -20,9 +20,10 @@ import time
 
 import llama_cpp as L
 
-# PROMPT and ROUNDS from the environment (bench/run.py weights --prompt-tokens, --rounds)
+# PROMPT, ROUNDS and DECODE from the environment (bench/run.py weights --prompt-tokens, --rounds)
 PROMPT, ROUNDS = int(os.environ.get("PROMPT", 1536)), int(os.environ.get("ROUNDS", 3))
-CHUNK, DECODE, SEQS = 256, 64, 4
+DECODE = int(os.environ.get("DECODE", 64))
+CHUNK, SEQS = 256, 4
 # each of the 4 sequences holds the prompt and its decoded tokens, in whole chunks
 N_CTX = max(8192, SEQS * CHUNK * -(-(PROMPT + DECODE) // CHUNK))
 F16, FA_ON, FA_OFF = L.GGML_TYPE_F16, L.LLAMA_FLASH_ATTN_TYPE_ENABLED, L.LLAMA_FLASH_ATTN_TYPE_DISABLED

@@ -6,10 +6,10 @@ llama.cpp carries out a stream copy only at the next llama_decode, so until then
 their cells will hold: such slots are neither saved nor loaded into (`decoded` ends that state).
 
 Loaded cells sit at cell index = position, which the tiled flash-attention kernel needs (its sums follow where
-64-cell tiles fall) and the per-row one too (it sums cells in index order): llama_state_seq_set_data empties the
-slot first (seq_rm of all its cells moves the stream's search head to the first freed one), and a slot's stream
-holds only its own sequence's cells, laid from index 0 in position order, so the loaded cells are placed from index
-0 on, in the order they were saved.
+64-cell tiles and 256-cell segments fall) and the per-row one too (it sums cells in index order):
+llama_state_seq_set_data empties the slot first (seq_rm of all its cells moves the stream's search head to the first
+freed one), and a slot's stream holds only its own sequence's cells, laid from index 0 in position order, so the
+loaded cells are placed from index 0 on, in the order they were saved.
 """
 
 from __future__ import annotations

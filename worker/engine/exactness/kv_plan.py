@@ -5,9 +5,10 @@ lone query row of one stream over 512+ cells, tiled from 64 query rows, and a pe
 pick by shape, a row's numerics would follow what else is in its batch.
 
 On the batch-invariant build with its switch on (build_choice.py, ggml_switches.py) every row takes the tiled
-kernel's arithmetic, one row or many, and never split-KV (patches/llama.cpp/0001, 0002): K and V cells in f16, the
-tiled kernel's type, are exact, as fast as llama.cpp's own picks (docs/cache-and-exactness.md); any other pair
-takes the per-row kernel for every row, also exact.
+kernel's arithmetic, one row or many, and never llama.cpp's split-KV, whose split follows the thread count; a
+decode step spreads fixed 256-cell segments over the threads instead (patches/llama.cpp/0001, 0002, 0005): K and V
+cells in f16, the tiled kernel's type, are exact, as fast as llama.cpp's own picks (docs/cache-and-exactness.md);
+any other pair takes the per-row kernel for every row, also exact.
 
 Without it (the fallback), the tiled and split-KV kernels both need K cells in F16 (or F32) and V cells of the same
 type, so with K in another type, or V in another type than K, every row takes the per-row kernel, which computes

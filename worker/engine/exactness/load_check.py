@@ -142,11 +142,11 @@ def row_ignores_batch(model: LlamaModel) -> bool:
 
 
 def moved_cells_match(model: LlamaModel) -> bool:
-    """Slot 0's cells saved and loaded into slot 1 (host memory, --cache-ram), then copied into it (llama_memory_seq_cp,
-    a shared prefix): slot 1's next row the same logits as slot 0's? The batch-invariant attention kernel sums the
-    cells in 64-cell tiles counted from the stream's first cell, so this holds where moved cells land at the index
-    of their position, as llama.cpp puts them into an emptied stream (its find_slot from head 0, its whole-stream
-    copy)."""
+    """Slot 0's cells saved and loaded into slot 1 (host memory, --cache-ram), then copied into it
+    (llama_memory_seq_cp, a shared prefix): slot 1's next row the same logits as slot 0's? The batch-invariant
+    attention kernel sums the cells in 64-cell tiles and 256-cell segments counted from the stream's first cell, so
+    this holds where moved cells land at the index of their position, as llama.cpp puts them into an emptied stream
+    (its find_slot from head 0, its whole-stream copy)."""
     tokens = _probe_tokens(model)
     last = PROBE_TOKENS - 1
     row = (tokens[last], last, 0, True)
