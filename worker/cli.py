@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import math
 import os
 from collections.abc import Callable
@@ -282,6 +283,9 @@ def serve(**flags: Any) -> None:
 
     settings = settings_from_flags(flags)
     configure_logs(settings.log_format, settings.log_level)
+    # llama.cpp and the GPU's driver run in this process, and a crash there (lavapipe's NULL read, under a GPU check)
+    # ended it without a line: the signal and every thread's Python stack go to stderr first.
+    faulthandler.enable()
     asyncio.run(run_serve(settings))
 
 

@@ -255,6 +255,16 @@ async def test_sigint_drains_and_a_second_signal_exits_at_once(tmp_path, model_p
         await stop_async(worker)
 
 
+def test_a_crash_in_native_code_says_what_killed_the_worker(tmp_path, model_path):
+    """llama.cpp and the GPU's driver run in the worker's process: a segfault there (lavapipe's, once) ended it
+    without a line in its log. Python's fault handler now writes the signal and the threads' stacks first."""
+    worker = start_worker(tmp_path, "--model", str(model_path), "--parallel", "1", "--ctx-size", "512")
+    worker.process.send_signal(signal.SIGSEGV)
+    assert worker.process.wait(60) == -signal.SIGSEGV
+    log = worker.log()
+    assert "Fatal Python error: Segmentation fault" in log and "most recent call first" in log, log[-2000:]
+
+
 async def test_request_timeout_ends_with_timeout(tmp_path, model_path, http):
     worker = await asyncio.to_thread(start_worker, tmp_path, "--model", str(model_path), "--parallel", "1",
                                      "--ctx-size", "2048", "--request-timeout", "0.5")
