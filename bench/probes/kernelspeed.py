@@ -1,8 +1,9 @@
 """Probe: prefill and decode speed of one sequence under each set of kernels, alternated in one run.
 
-Each round runs every set of kernels once, in a fresh process (one libllama per process), in turn; the table gives
-the median over the rounds and the ratio to llama.cpp's own kernels. A prompt of N tokens is prefilled in
-512-token micro-batches (llama-server's default), then 64 tokens are decoded one at a time on its cells.
+Each round runs every set of kernels once, in a fresh process (one libllama per process), in turn (every other round
+in reverse order); the table gives the median over the rounds and the ratio to llama.cpp's own kernels. A prompt of
+N tokens is prefilled in 512-token micro-batches (llama-server's default), then 64 tokens are decoded one at a time
+on its cells.
 The sets are batchinvariance.py's (own, pinned, patched), plus patched-off: the patched library with its switch
 off (it must compute as own does).
 --threads 1 --cpu-time times the process's CPU time instead of the wall: on a machine other work keeps busy, ggml's
@@ -84,8 +85,10 @@ def main() -> None:
         model = quantized(qtype)
         for prompt in map(int, args.prompts.split(",")):
             runs: dict[str, list[dict[str, float]]] = {k: [] for k in sets}
-            for _ in range(args.rounds):
-                for kernels in sets:
+            for round_ in range(args.rounds):
+                # every other round in reverse order: a drift of the machine over a round (other work starting, a
+                # core's clock) then weighs on each set alike, not always on the one that runs last
+                for kernels in sets if round_ % 2 == 0 else sets[::-1]:
                     env = {**os.environ, **kernel_env(kernels.removesuffix("-off"), qtype, args.patched)}
                     if kernels.endswith("-off"):
                         env.pop("GGML_CPU_BATCH_INVARIANT")

@@ -48,11 +48,11 @@ static ggml_tensor * product(ggml_context * ctx, ggml_type type, int K, int M, g
 }
 
 int main(int argc, char ** argv) {
-    if (argc != 9) {
+    const bool fa = argc > 1 && strcmp(argv[1], "fa") == 0;
+    if (argc != (fa ? 8 : 9)) {  // fa takes one argument less than mm
         fprintf(stderr, "usage: opspeed fa N_KV ROWS STREAMS THREADS ITERS LAYERS | mm TYPE K M ROWS THREADS ITERS LAYERS\n");
         return 2;
     }
-    const bool fa = strcmp(argv[1], "fa") == 0;
     const int threads = atoi(argv[argc - 3]), iters = atoi(argv[argc - 2]), layers = atoi(argv[argc - 1]);
     ggml_init_params params = { (size_t) 6 << 30, nullptr, false };
     ggml_context * ctx = ggml_init(params);
