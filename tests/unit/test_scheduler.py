@@ -133,7 +133,7 @@ def test_prefill_beside_running_streams_is_held_to_the_measured_pace():
     new = running(list(range(10, 510)), slot=1, n_past=0, state=SequenceState.PREFILLING)
     streaming = running(list(range(600, 640)), slot=0, n_past=45, state=SequenceState.DECODING)
     (chunk,) = plan([streaming, new], [2, 3], 0, False).prefill
-    assert chunk.end - chunk.start == align_down(int(STALL_FACTOR * 0.050 / 0.0025)) == 80
+    assert chunk.end - chunk.start == align_down(int(STALL_FACTOR * 0.050 / 0.0025)) == 48
     (alone,) = plan([new], [0, 2, 3], 0, False).prefill
     assert alone.end - alone.start == 256
     assert Pace().prefill_tokens_beside_streams(256) == 256  # nothing measured yet: the whole budget

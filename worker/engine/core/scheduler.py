@@ -40,9 +40,10 @@ from worker.engine.requests import NO_ADAPTERS, AdapterSet
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
 # has the same aim). The arrivals workload of `bench/run.py throughput` (8 streams, new 400-token prompts), test
 # model, 2 cores: factor 2: ITL p50/p99 111/143 ms, TTFT p50 1,988 ms, 63 tok/s; 4: 80/211, 1,294, 66; 8: 37/371,
-# 1,141, 68; unbounded: 36/656, 2,270, 70. 4 keeps p99 within 4x p50 (docs/cache-and-exactness.md, "Prefill beside
-# running streams").
-STALL_FACTOR = 4.0
+# 1,141, 68; unbounded: 36/656, 2,270, 70. 4 kept p99 within 4x p50 while steps were slow; once patches 0002 and 0006
+# made decode steps ~2.5x faster, 4 gave p99 4.3x and 4.7x p50 (a step with prefill is its decode rows plus the
+# factor), and 3 keeps it within 4x (docs/cache-and-exactness.md, "Prefill beside running streams").
+STALL_FACTOR = 3.0
 # Weight of the newest step in the running averages of the pace.
 PACE_SMOOTHING = 0.2
 
