@@ -10,7 +10,10 @@ shared-system: one client, N requests one after another, each a long shared syst
 
 Every server loads the same GGUF with the same slots, context and threads, runs alone on the machine, and
 gets the same work (a fixed amount, not a time window). EOS is banned by logit_bias so every answer has
-exactly A tokens. Run: .venv/bin/python bench/run.py chat [--publish]   (bench/CHAT.md, bench/chat.png;
+exactly A tokens. --rounds R runs every server R times, in turn, the order reversed every other round (on a
+shared machine one run's wall time moves by 30%): the table gives each column's median over the rounds, and the
+ratios to llama-server are the medians of each round's ratio, with their range.
+Run: .venv/bin/python bench/run.py chat [--rounds 3] [--publish]   (bench/CHAT.md, bench/chat.png;
 docs/cache-and-exactness.md, "What exactness costs")
 """
 
@@ -86,6 +89,7 @@ class Turn:
 @dataclass
 class VariantResult:
     label: str
+    round: int = 0
     multi_turn: list[Turn] = field(default_factory=list)
     multi_turn_wall_s: float = 0.0
     multi_turn_engine: engine_time.EngineTime | None = None  # llm-worker's engine counters over the multi-turn run
@@ -160,9 +164,9 @@ async def warm_up(url: str) -> None:
 
 
 def bench_variant(label: str, server: str, cfg: BenchConfig, args: argparse.Namespace,
-                  no_eos: dict[str, float]) -> VariantResult:
-    print(f"== {label}", file=sys.stderr)
-    result = VariantResult(label)
+                  no_eos: dict[str, float], round_: int) -> VariantResult:
+    print(f"== {label}" + (f" (round {round_ + 1})" if args.rounds > 1 else ""), file=sys.stderr)
+    result = VariantResult(label, round_)
     with running_server(server, cfg) as (url, _proc, _sampler, _startup_s, argv):
         print(f"   {' '.join(argv)}", file=sys.stderr)
         asyncio.run(warm_up(url))
@@ -199,11 +203,24 @@ def summary(result: VariantResult, late_from: int) -> dict[str, float]:
     }
 
 
-LOWER_IS_BETTER = {"late TTFT ms", "all-turn TTFT ms", "wall s"}
+RATIOS = ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")
+
+
+def medians(summaries: list[dict[str, float]]) -> dict[str, float]:
+    return {k: statistics.median(s[k] for s in summaries) for k in summaries[0]}
+
+
+def ratio(rounds: list[tuple[dict[str, float], dict[str, float]]], key: str) -> str:
+    """The median over the rounds of one round's worker/peer ratio, with the range when there are several."""
+    values = sorted(row[key] / peer[key] if peer[key] else float("nan") for row, peer in rounds)
+    text = f"{statistics.median(values):.2f}x"
+    return text if len(values) == 1 else f"{text} ({values[0]:.2f}-{values[-1]:.2f})"
 
 
 def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResult], env: dict) -> str:
-    rows = {r.label: summary(r, args.late_from) for r in results}
+    by_round = {(r.label, r.round): summary(r, args.late_from) for r in results}
+    labels = list(dict.fromkeys(r.label for r in results))
+    rows = {label: medians([s for (lab, _), s in by_round.items() if lab == label]) for label in labels}
     cols = list(next(iter(rows.values())))
     lines = [
         "# llm-worker chat benchmark", "",
@@ -213,21 +230,22 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
         f"- multi-turn: {args.conversations} conversations at once x {args.turns} turns, history resent, streamed, "
         f"{args.answer_tokens}-token greedy answers (EOS banned); late turns = turn {args.late_from} on",
         f"- shared system prompt: 1 client, {args.shared_requests} requests of a ~{len(LONG_SYSTEM) // 4}-token "
-        f"system prompt + a question, {args.shared_tokens} tokens each", "",
+        f"system prompt + a question, {args.shared_tokens} tokens each",
+        f"- {args.rounds} rounds, every server once a round, the order reversed every other round; "
+        "medians over the rounds" if args.rounds > 1 else "- one round", "",
         "| server | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols),
     ]
     lines += [f"| {label} | " + " | ".join(f"{v:.1f}" for v in row.values()) + " |" for label, row in rows.items()]
     if "llama-server" in rows:
-        peer = rows["llama-server"]
-        lines += ["", "llm-worker / llama-server (for TTFT and wall time lower is better, for tok/s higher):", "",
+        lines += ["", "llm-worker / llama-server (for TTFT and wall time lower is better, for tok/s higher"
+                  + ("; each round's ratio, their median and range" if args.rounds > 1 else "") + "):", "",
                   "| llm-worker mode | late TTFT | wall time | shared-prompt decode tok/s | shared-prompt TTFT |",
                   "|---|---|---|---|---|"]
-        for label, row in rows.items():
+        for label in labels:
             if label.startswith("llm-worker"):
-                ratios = [row[k] / peer[k] if peer[k] else float("nan")
-                          for k in ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")]
+                rounds = [(by_round[label, n], by_round["llama-server", n]) for n in range(args.rounds)]
                 lines.append(f"| {label.removeprefix('llm-worker ')} | "
-                             + " | ".join(f"{r:.2f}x" for r in ratios) + " |")
+                             + " | ".join(ratio(rounds, k) for k in RATIOS) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -237,9 +255,10 @@ def draw_chart(args: argparse.Namespace, results: list[VariantResult], path: Pat
         return False
     fig, ax = plt.subplots(figsize=(7.5, 4.5))
     turns = range(1, args.turns + 1)
-    for result in results:
-        per_turn = [mean_ms([t.ttft_s for t in result.multi_turn if t.turn == n and not t.error]) for n in turns]
-        ax.plot(list(turns), per_turn, marker="o", label=result.label)
+    for label in dict.fromkeys(r.label for r in results):  # every round's turns together
+        ok = [t for r in results if r.label == label for t in r.multi_turn if not t.error]
+        per_turn = [mean_ms([t.ttft_s for t in ok if t.turn == n]) for n in turns]
+        ax.plot(list(turns), per_turn, marker="o", label=label)
     ax.set_yscale("log")
     ax.set_xlabel("turn (history resent each turn)")
     ax.set_ylabel("mean time to first token (ms)")
@@ -259,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--answer-tokens", type=int, default=48)
     p.add_argument("--shared-requests", type=int, default=6)
     p.add_argument("--shared-tokens", type=int, default=96)
+    p.add_argument("--rounds", type=int, default=1)
     args = p.parse_args(argv)
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     model = find_model(args.model)
@@ -274,8 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
     env = environment(cfg)
     results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra, worker_env=(
-        ((LIB_PATH_ENV, str(default_dir())),) if label == DEFAULT_BUILD else ())), args, no_eos)
-               for label, server, extra in chosen]
+        ((LIB_PATH_ENV, str(default_dir())),) if label == DEFAULT_BUILD else ())), args, no_eos, n)
+               for n in range(args.rounds) for label, server, extra in (chosen if n % 2 == 0 else chosen[::-1])]
     text = report(args, cfg, results, env)
     print(text)
     (args.out / "chat.md").write_text(text)
