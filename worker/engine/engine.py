@@ -27,6 +27,7 @@ from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.exactness.guarantee import Guarantee, guarantee
 from worker.engine.exactness.load_check import Numerics, measure
 from worker.engine.handle import RequestHandle
+from worker.engine.handoff import Handoff
 from worker.engine.modes import CacheMode
 from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.native.projector import Bitmap, Projector
@@ -96,7 +97,8 @@ class Engine:
         self.template_kwargs = template_kwargs or {}  # a models.toml entry's, under each request's
         self.reranker = self._reranker()
         self._loop = loop
-        self._steps = EngineLoop(model, model.config.prefix_cache, self._post, projector)
+        self._events = Handoff(loop, self._deliver)  # each step's generation events, engine thread -> loop
+        self._steps = EngineLoop(model, model.config.prefix_cache, self._events.post, projector)
         self._warm = threading.Event()
         self.numerics = Numerics(None, None)  # measured at warm-up in exact mode
         self._warm_up_error: BaseException | None = None
@@ -447,14 +449,9 @@ class Engine:
             raise
 
     def _resolve(self, future: asyncio.Future, outcome: Outcome) -> None:
-        """Engine thread -> event loop, as _post does for generation events."""
+        """Engine thread -> event loop, for a pooled job's outcome (generation events go by self._events)."""
         if not self._loop.is_closed():
             self._loop.call_soon_threadsafe(_settle, future, outcome)
-
-    def _post(self, events: Events) -> None:
-        """Engine thread -> event loop: one wake-up per step, however many events."""
-        if not self._loop.is_closed():
-            self._loop.call_soon_threadsafe(self._deliver, events)
 
     @staticmethod
     def _deliver(events: Events) -> None:
@@ -469,6 +466,7 @@ class Engine:
         if self._thread.is_alive():
             self._thread.join(timeout)
         if not self._thread.is_alive():  # never free the context under a running decode
+            self._events.close()
             if self.projector is not None:
                 self.projector.close()
             self.model.close()
