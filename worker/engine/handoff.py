@@ -3,7 +3,7 @@
 `loop.call_soon_threadsafe` wakes the loop by a `send` on its self-pipe, and Python's `send` lets the GIL go for
 the call: the loop's thread, woken by that very byte, takes it and runs its callbacks (writing every stream's SSE)
 while the engine thread waits to get it back before it can start the next `llama_decode`. Measured on 2 cores, that
-hand-off took 0.33 ms of a 9 ms single-stream step on average, 1 ms at p90 under 4 streams (bench/probes/RESULTS.md,
+hand-off took 0.33 ms of a 9 ms one-stream step on average, 1 ms at p90 under 4 streams (bench/probes/RESULTS.md,
 "The engine's hand-off to the event loop"). Here the engine thread appends to a deque and writes one byte to a
 pipe of its own through libc with the GIL held (a `ctypes.PyDLL` call does not release it), so it goes on to the
 next `llama_decode`, inside which the loop's thread gets the GIL.
