@@ -44,7 +44,7 @@ from bench.config import (
     find_model,
 )
 from bench.prompts import PromptFactory
-from bench.report import environment, machine_line, publish, pyplot, save_chart
+from bench.report import environment, machine_line, publish, pyplot, ratio, save_chart
 from bench.servers import running_server
 from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 
@@ -210,9 +210,9 @@ def medians(summaries: list[dict[str, float]]) -> dict[str, float]:
     return {k: statistics.median(s[k] for s in summaries) for k in summaries[0]}
 
 
-def ratio(rounds: list[tuple[dict[str, float], dict[str, float]]], key: str) -> str:
+def round_ratios(rounds: list[tuple[dict[str, float], dict[str, float]]], key: str) -> str:
     """The median over the rounds of one round's worker/peer ratio, with the range when there are several."""
-    values = sorted(row[key] / peer[key] if peer[key] else float("nan") for row, peer in rounds)
+    values = sorted(ratio(row[key], peer[key]) for row, peer in rounds)
     text = f"{statistics.median(values):.2f}x"
     return text if len(values) == 1 else f"{text} ({values[0]:.2f}-{values[-1]:.2f})"
 
@@ -245,7 +245,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
             if label.startswith("llm-worker"):
                 rounds = [(by_round[label, n], by_round["llama-server", n]) for n in range(args.rounds)]
                 lines.append(f"| {label.removeprefix('llm-worker ')} | "
-                             + " | ".join(ratio(rounds, k) for k in RATIOS) + " |")
+                             + " | ".join(round_ratios(rounds, k) for k in RATIOS) + " |")
     return "\n".join(lines) + "\n"
 
 
