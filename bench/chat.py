@@ -67,6 +67,8 @@ VARIANTS = [
     (DEFAULT_BUILD, WORKER, ("--prefix-cache", "exact")),
     # Exact mode without flash attention (on the batch-invariant build, whose GEMM takes one row too).
     ("llm-worker exact unfused", WORKER, ("--prefix-cache", "exact", "--flash-attn", "off")),
+    # The default without its prompt-lookup drafts (--spec-type auto drafts in exact mode on the cpu backend).
+    ("llm-worker exact no drafts", WORKER, ("--prefix-cache", "exact", "--spec-type", "none")),
     ("llm-worker fast", WORKER, ("--prefix-cache", "fast")),
     ("llm-worker off", WORKER, ("--prefix-cache", "off")),
     ("llama-server", LLAMA_SERVER, ()),
@@ -84,6 +86,7 @@ class Turn:
     prompt_tokens: int = 0
     cached_tokens: int | None = None
     error: str | None = None
+    answer: str = ""
 
 
 @dataclass
@@ -120,7 +123,8 @@ async def chat_turn(session: aiohttp.ClientSession, url: str, messages: list[dic
                 turn.tokens, turn.prompt_tokens = usage["completion_tokens"], usage["prompt_tokens"]
                 turn.cached_tokens = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
     turn.total_s = time.perf_counter() - sent
-    return "".join(pieces)
+    turn.answer = "".join(pieces)
+    return turn.answer
 
 
 async def conversation(url: str, index: int, turns: int, answer_tokens: int, no_eos: dict[str, float]) -> list[Turn]:
@@ -204,6 +208,29 @@ def summary(result: VariantResult, late_from: int) -> dict[str, float]:
 
 
 RATIOS = ("late TTFT ms", "wall s", "shared decode tok/s", "shared TTFT ms")
+# Greedy answers every llm-worker variant must give (exact mode's promise, drafts included): the first of these run.
+REFERENCES = ("llm-worker off", "llm-worker exact no drafts")
+
+
+def answers(result: VariantResult) -> dict[tuple[str, int, int], str]:
+    """Each answer by (workload, conversation, turn)."""
+    return ({("multi-turn", t.conversation, t.turn): t.answer for t in result.multi_turn}
+            | {("shared", t.conversation, t.turn): t.answer for t in result.shared})
+
+
+def same_answers(results: list[VariantResult]) -> list[str]:
+    """For each llm-worker variant, how many of its answers (every round, both workloads) equal the reference's."""
+    labels = list(dict.fromkeys(r.label for r in results))
+    reference = next((label for label in REFERENCES if label in labels), None)
+    if reference is None:
+        return []
+    want = answers(next(r for r in results if r.label == reference))
+    lines = []
+    for label in labels:
+        if label.startswith("llm-worker") and label != reference:
+            got = [(want.get(key), text) for r in results if r.label == label for key, text in answers(r).items()]
+            lines.append(f"- {label}: {sum(a == b for a, b in got)} of {len(got)} answers equal {reference}'s")
+    return ["", "Greedy answers against the reference (every round, both workloads):", "", *lines]
 
 
 def medians(summaries: list[dict[str, float]]) -> dict[str, float]:
@@ -246,6 +273,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
                 rounds = [(by_round[label, n], by_round["llama-server", n]) for n in range(args.rounds)]
                 lines.append(f"| {label.removeprefix('llm-worker ')} | "
                              + " | ".join(round_ratios(rounds, k) for k in RATIOS) + " |")
+    lines += same_answers(results)
     return "\n".join(lines) + "\n"
 
 

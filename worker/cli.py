@@ -200,12 +200,13 @@ def cli() -> None:
          default="deepseek", show_default=True,
          help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "
               "apart, as reasoning_content; none: left in the answer as written.")
-@_option("--spec-type", env="SPEC_TYPE", section=GENERATION, type=click.Choice(["none", "ngram", "draft"]),
-         default="none", show_default=True,
+@_option("--spec-type", env="SPEC_TYPE", section=GENERATION, type=click.Choice(["auto", "none", "ngram", "draft"]),
+         default="auto", show_default=True,
          help="Speculative decoding: each step verifies drafted tokens behind a sequence's row, and keeps them "
               "while they are what it samples.  ngram: drafts from the prompt and the answer so far (prompt "
-              "lookup); draft: from --model-draft. Text is unchanged where the load-time check allows (exact mode "
-              "on the cpu backend); elsewhere the worker says so at startup.")
+              "lookup); draft: from --model-draft; auto: ngram where drafts cannot change the text (exact and off "
+              "modes on the cpu backend, confirmed by the load-time check), none elsewhere. Text is unchanged "
+              "where the load-time check allows; elsewhere the worker says so at startup.")
 @_option("--model-draft", "-md", env="MODEL_DRAFT", section=GENERATION, type=click.Path(path_type=Path),
          default=None, help="The draft model for --spec-type draft: a .gguf with the model's vocabulary.")
 @_option("--draft-max", env="DRAFT_MAX", section=GENERATION, type=click.IntRange(min=0, max=MAX_DRAFT),

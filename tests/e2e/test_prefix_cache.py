@@ -121,7 +121,9 @@ async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, 
     on an `off` one: the same answers, and each exact turn starts past the previous prompt (the previous answer's
     cells reused)."""
     flags = ("--model", str(model), "--parallel", "2", "--ctx-size", "4096")
-    exact, off = start_worker(tmp_path, *flags, *exact_flags), start_worker(tmp_path, *flags, "--prefix-cache", "off")
+    # The reference decodes one token a step: `off` without drafts (--spec-type auto would draft there too).
+    exact = start_worker(tmp_path, *flags, *exact_flags)
+    off = start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none")
     try:
         reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
         cold = [await converse(http, off.url, q) for q in QUESTIONS[:2]]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -18,6 +19,7 @@ from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metada
 from tests.conftest import REPO, WorkerProcess, start_worker
 from tests.e2e.test_prefix_cache import conversations_beside_off
 from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
+from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 
 FLAGS = ("--parallel", "4", "--ctx-size", "8192")
 # Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
@@ -27,6 +29,8 @@ SOURCES = ("worker/engine/output/seeded_draw.py", "worker/engine/handle.py", "wo
 COPYING = [f"Quote the following code exactly:\n\n{(REPO / path).read_text()[:1400]}" for path in SOURCES]
 OPEN_ENDED = ["Write a short story about a lighthouse keeper.", "List ten fruits and one fact about each."]
 GREEDY = {"temperature": 0, "max_tokens": 120}
+# The reference: the shared worker (--spec-type auto, which drafts by prompt lookup) with drafting off per request.
+NO_DRAFTS = {"draft_max": 0}
 
 
 def _ngram_worker(folder: Path):
@@ -69,7 +73,7 @@ async def test_ngram_drafts_leave_greedy_text_unchanged(http, base_url, ngram_wo
     prompts = COPYING + OPEN_ENDED
     before = await draft_counters(http, ngram_worker.url)
     drafted = await answers(http, ngram_worker.url, prompts, together)
-    assert drafted == await answers(http, base_url, prompts, together)
+    assert drafted == await answers(http, base_url, prompts, together, **NO_DRAFTS)
     after = await draft_counters(http, ngram_worker.url)
     assert after[0] > before[0] and after[1] > before[1], (before, after)  # drafts were made, and kept
     assert after[1] - before[1] < after[0] - before[0]  # and some rejected: the rejecting path ran too
@@ -80,7 +84,7 @@ async def test_seeded_sampling_draws_the_same_text_with_drafts(http, base_url, n
     body = {"temperature": 0.7, "seed": 1234, "max_tokens": 120}
     prompt = COPYING[0]
     ours = await answers(http, ngram_worker.url, [prompt], False, **body)
-    assert ours == await answers(http, base_url, [prompt], False, **body)
+    assert ours == await answers(http, base_url, [prompt], False, **body, **NO_DRAFTS)
 
 
 async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
@@ -88,6 +92,44 @@ async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
         exactness = (await response.json())["exactness"]
     assert exactness["speculative"] == "ngram" and exactness["drafts_keep_text"] is True, exactness
     assert "drafts_may_change_text" not in ngram_worker.log()
+
+
+async def test_the_default_drafts_by_prompt_lookup_where_drafts_keep_the_text(http, base_url, worker):
+    """--spec-type auto, the default: in exact mode on the cpu backend the load-time check confirms that drafted rows
+    compute as one-token decodes, so the shared worker drafts, and a copying answer keeps drafted tokens."""
+    async with http.get(base_url + "/health") as response:
+        exactness = (await response.json())["exactness"]
+    assert exactness["speculative"] == "ngram" and exactness["drafts_keep_text"] is True, exactness
+    before = await draft_counters(http, base_url)
+    await answers(http, base_url, COPYING[:1], False)
+    after = await draft_counters(http, base_url)
+    assert after[1] > before[1], (before, after)
+
+
+def test_the_default_drafts_none_in_fast_mode(tmp_path):
+    """llama.cpp picks kernels by batch shape in fast mode, so a drafted row may compute differently: auto drafts none,
+    and has nothing to warn about."""
+    exactness, log = _health_and_log(start_worker(tmp_path, "--prefix-cache", "fast"))
+    assert exactness["speculative"] == "none" and exactness["drafts_keep_text"] is None, exactness
+    assert "drafts_may_change_text" not in log and "drafts_off" not in log
+
+
+def test_the_default_stops_drafting_where_the_load_time_check_finds_rows_change_with_the_batch(quantized, tmp_path):
+    """F16 weights on llama-cpp-python's own library (a plain pip install): its GEMM sums a row by the rows beside
+    it, the load-time check finds so, and auto stops drafting before serving, saying why."""
+    worker = start_worker(tmp_path, "--model", str(quantized("f16")), env={LIB_PATH_ENV: str(default_dir())})
+    exactness, log = _health_and_log(worker)
+    assert exactness["batch_invariant"] is False and exactness["library"] == "default", exactness
+    assert exactness["speculative"] == "none" and exactness["drafts_keep_text"] is None, exactness
+    assert "drafts_off" in log and "drafts_may_change_text" not in log
+
+
+def _health_and_log(worker: WorkerProcess) -> tuple[dict, str]:
+    try:
+        with urllib.request.urlopen(worker.url + "/health") as response:
+            return json.load(response)["exactness"], worker.log()
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
 
 
 async def test_drafts_are_reported_per_request(http, fresh_ngram_worker):
@@ -152,7 +194,8 @@ def draft_worker(quantized, tmp_path_factory: pytest.TempPathFactory):
 async def test_a_draft_model_leaves_greedy_text_unchanged(http, base_url, draft_worker, together):
     prompts = COPYING + OPEN_ENDED[:1]
     before = await draft_counters(http, draft_worker.url)
-    assert await answers(http, draft_worker.url, prompts, together) == await answers(http, base_url, prompts, together)
+    drafted = await answers(http, draft_worker.url, prompts, together)
+    assert drafted == await answers(http, base_url, prompts, together, **NO_DRAFTS)
     after = await draft_counters(http, draft_worker.url)
     assert after[1] > before[1], (before, after)
 

@@ -9,6 +9,8 @@ from worker.engine.core.sequence import Sequence
 from worker.engine.modes import SpecType
 from worker.engine.requests import Request, SamplingParams
 from worker.engine.speculative.draft_rule import (
+    DRAFT_CALL_MAX_S,
+    DRAFT_CALL_STRETCH,
     EXPLORE_EVERY,
     Acceptance,
     Candidate,
@@ -63,6 +65,21 @@ def test_a_draft_never_slows_the_rows_beside_it():
     assert plan_drafts([0, 1, 2, 3], [Candidate(slot, 16, 0.99) for slot in (0, 1, 2)], costs, 0) == {}
     assert len(plan_drafts([0, 1, 2, 3], [Candidate(slot, 16, 0.99) for slot in range(4)], costs, 0)) == 4
     assert plan_drafts([0], [Candidate(0, 16, 0.99)], costs, 0)  # alone, it slows nobody
+
+
+def test_a_drafting_call_pauses_the_streams_it_carries_no_longer_than_the_cap():
+    """Where a row costs less the more rows a pass holds (8 rows 20 ms, 136 rows 150 ms), eight copying sequences
+    get the most tokens per second drafting 16 tokens each: 150 ms, a pause in every stream. The rule drafts what
+    fits in DRAFT_CALL_MAX_S or DRAFT_CALL_STRETCH plain calls, and a lone sequence, whose longest draft is well
+    under the cap, still drafts long."""
+    costs, slots = PassCosts(), list(range(8))
+    for rows, ms in ((1, 8.0), (8, 20.0), (136, 150.0)):
+        costs.observe(rows, ms / 1e3)
+    counts = plan_drafts(slots, [Candidate(slot, 16, 0.99) for slot in slots], costs, 0)
+    assert len(counts) == 8 and 1 <= max(counts.values()) < 16, counts
+    call, plain = costs.of_call([(slot, 1 + counts[slot]) for slot in slots]), costs.of_call([(s, 1) for s in slots])
+    assert call is not None and plain is not None and call <= max(DRAFT_CALL_MAX_S, DRAFT_CALL_STRETCH * plain)
+    assert plan_drafts([0], [Candidate(0, 16, 0.99)], costs, 0) == {0: 16}
 
 
 def test_an_offer_not_drafted_is_learnt_from_the_tokens_that_follow():

@@ -70,3 +70,17 @@ def test_a_mode_given_by_its_name_is_that_mode():
     assert config.attention() == Attention("auto", "f16", "f16", pinned=False)
     with pytest.raises(ValueError):
         EngineConfig(prefix_cache="fastest")
+
+
+@pytest.mark.parametrize("mode, backend, rpc, drafting_there", [
+    ("exact", "cpu", (), SpecType.NGRAM), ("off", "cpu", (), SpecType.NGRAM),
+    ("fast", "cpu", (), SpecType.NONE), ("exact", "cuda", (), SpecType.NONE),
+    ("exact", "cpu", ("10.0.0.2:50052",), SpecType.NONE)])
+def test_auto_drafts_by_prompt_lookup_only_where_rows_are_kept_apart(mode, backend, rpc, drafting_there):
+    """--spec-type auto (the default) drafts where a drafted row computes as a one-token decode would, so drafts cannot
+    change the text; where llama.cpp picks kernels by batch shape it drafts none. A flag given is what runs."""
+    def drafting(spec_type: str) -> SpecType:
+        return EngineConfig(prefix_cache=mode, backend=backend, rpc_servers=rpc, spec_type=spec_type).drafting
+
+    assert drafting("auto") is drafting_there
+    assert drafting("ngram") is SpecType.NGRAM and drafting("none") is SpecType.NONE

@@ -74,7 +74,7 @@ class EngineConfig:
     reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
     embeddings: bool = False  # a second context for /v1/embeddings (engine/pooling/embeddings.py)
     pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
-    spec_type: SpecType = SpecType.NONE  # speculative decoding's drafts (speculative/speculator.py)
+    spec_type: SpecType = SpecType.NONE  # speculative decoding's drafts (speculative/speculator.py); see drafting
     model_draft: Path | None = None  # the draft model's GGUF, for SpecType.DRAFT
     draft_max: int = DRAFT_MAX  # drafted tokens a sequence puts in one step, at most
     draft_min: int = 0  # fewer than this are not worth verifying: the sequence drafts none
@@ -101,6 +101,15 @@ class EngineConfig:
     def rows_kept_apart(self) -> bool:
         """Exact and off modes on the CPU alone: where the worker holds every row to one arithmetic."""
         return self.prefix_cache is not CacheMode.FAST and self.on_cpu_alone
+
+    @property
+    def drafting(self) -> SpecType:
+        """The drafts the engine starts with. --spec-type auto is prompt lookup where rows are kept apart, so that
+        drafts cannot change the text (the load-time check confirms it, or the engine stops drafting: engine.py),
+        and none elsewhere: there a drafted row may compute differently and change greedy text."""
+        if self.spec_type is SpecType.AUTO:
+            return SpecType.NGRAM if self.rows_kept_apart else SpecType.NONE
+        return self.spec_type
 
     def attention(self, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
         """Flash attention and the KV cells' types for this mode and backend, and whether ggml's batch-invariant

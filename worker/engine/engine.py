@@ -28,7 +28,7 @@ from worker.engine.exactness.guarantee import Guarantee, guarantee
 from worker.engine.exactness.load_check import Numerics, measure
 from worker.engine.handle import RequestHandle
 from worker.engine.handoff import Handoff
-from worker.engine.modes import CacheMode
+from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.native.projector import Bitmap, Projector
 from worker.engine.output.reasoning import opens_in_prompt
@@ -160,6 +160,8 @@ class Engine:
             log.warning("exactness_limited", reason=f"{MOVED_CELLS_INEXACT}: exact mode reuses a slot's own cells "
                         "only, and copies none between slots, loads none back from host memory, --kv-dir or a slot "
                         "file", fix="a weight type and backend docs/cache-and-exactness.md lists as exact")
+        if config.spec_type is SpecType.AUTO and config.drafting is not SpecType.NONE and not engine.drafting:
+            log.info("drafts_off", reason=engine._drafts_reason(), spec_type="auto")
         if engine.exactness.drafts_keep_text is False:
             log.warning("drafts_may_change_text", reason=engine._drafts_reason(),
                         fix="serve in exact mode on the cpu backend, or with --spec-type none")
@@ -190,6 +192,8 @@ class Engine:
                     self._steps.cache.trust_decoded_cells()
                 if self.numerics.moved_cells_exact is False:
                     self._steps.cache.distrust_moved_cells()
+            if config.spec_type is SpecType.AUTO and self._steps.speculator and not self.numerics.drafts_keep_text:
+                self._steps.stop_drafting()  # load() says why
         except BaseException as exc:  # handed to load()'s caller
             self._warm_up_error = exc
             return
@@ -272,7 +276,8 @@ class Engine:
                          kernels.tiled_mm, kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
                          numerics.moved_cells_exact,
                          # answers' cells reused: fast mode, or exact where the numerics allow (exactness/load_check.py)
-                         self._steps.cache.every_cell, self.model.config.spec_type.value,
+                         self._steps.cache.every_cell,
+                         self._steps.speculator.kind.value if self._steps.speculator else SpecType.NONE.value,
                          self._drafts_keep_text)
 
     @property
@@ -280,6 +285,11 @@ class Engine:
         """What holds for greedy text on this backend, mode and measurement: logged at startup."""
         config = self.model.config
         return guarantee(config.prefix_cache, self.numerics, config.backend, bool(config.rpc_servers))
+
+    @property
+    def drafting(self) -> bool:
+        """Whether decode rows may carry drafts (--spec-type, as the load-time check left it)."""
+        return self._steps.speculator is not None
 
     @property
     def _drafts_keep_text(self) -> bool | None:

@@ -17,6 +17,8 @@ class CacheMode(str, enum.Enum):
 class SpecType(str, enum.Enum):
     """Where speculative decoding's drafts come from (speculative/)."""
 
+    # Prompt lookup where drafts cannot change the text (EngineConfig.drafting), none elsewhere: the default.
+    AUTO = "auto"
     NONE = "none"
     NGRAM = "ngram"  # prompt lookup: speculative/prompt_lookup.py
     DRAFT = "draft"  # a smaller model with the same vocabulary: speculative/draft_model.py

@@ -159,6 +159,13 @@ class EngineLoop:
         if self.speculator:
             self._runner.measure_passes(self.speculator)
 
+    def stop_drafting(self) -> None:
+        """Before serving: no drafts from here on (--spec-type auto where the load-time check found that drafts could
+        change the text)."""
+        if self.speculator:
+            self.speculator.close()
+            self.speculator = self._runner.speculator = None
+
     def run(self) -> None:
         try:
             while self._step():
@@ -270,9 +277,9 @@ class EngineLoop:
 def speculator(model: LlamaModel) -> Speculator | None:
     """The worker's speculative decoding, as --spec-type asks; None: none."""
     config = model.config
-    if config.spec_type is SpecType.NONE or config.draft_max == 0:
+    if config.drafting is SpecType.NONE or config.draft_max == 0:
         return None
-    if config.spec_type is SpecType.DRAFT:
+    if config.drafting is SpecType.DRAFT:
         assert config.model_draft is not None, "--spec-type draft needs --model-draft (settings.py refuses it without)"
         return Speculator(config, DraftModel(config.model_draft, config, model))
     return Speculator(config, PromptLookup())

@@ -101,18 +101,21 @@ class ModelRunner:
             # The next llama_decode after a switch rebuilds llama.cpp's schedule: that call's time is the switch's.
             self._switched = self.model.adapters.use(plan.adapters)
         if plan.decode:
-            self._decode_step(plan.decode, events)
+            # A prompt waiting for its first token waits for this step's decode call too: with a prefill chunk to
+            # run, decode rows carry no drafts, so that call stays one row a sequence (bench/chat.py).
+            self._decode_step(plan.decode, events, drafting=not plan.prefill)
         for chunk in plan.prefill:
             self._prefill(chunk, events)
         if plan.settle is not None:
             self.model.adapters.use(plan.settle.adapters)
             self._settle(plan.settle)
 
-    def _decode_step(self, decode: list[Sequence], events: Events) -> None:
-        """One row for each generating sequence, each followed by its draft if it drafts (speculative/speculator.py)."""
+    def _decode_step(self, decode: list[Sequence], events: Events, drafting: bool) -> None:
+        """One row for each generating sequence, each followed by its draft if it drafts (speculative/speculator.py;
+        `drafting` False: none this step)."""
         began = time.perf_counter()
         speculator = self.speculator
-        drafts = speculator.drafts(decode) if speculator else {}
+        drafts = speculator.drafts(decode) if speculator and drafting else {}
         steps = [(seq, drafts.get(seq, [])) for seq in decode]
         rows = []
         for seq, draft in steps:

@@ -94,7 +94,7 @@ def _measured(model: LlamaModel, adapters: AdapterSet) -> tuple[bool, bool, bool
     (None: one slot), under `adapters`."""
     config = model.config
     model.adapters.use(adapters)
-    verify = verify_rows_match_decodes(model) if config.spec_type is not SpecType.NONE else None
+    verify = verify_rows_match_decodes(model) if config.drafting is not SpecType.NONE else None
     several = config.parallel > 1
     return (decode_matches_prefill(model), row_ignores_batch(model) if several else True, verify,
             moved_cells_match(model) if several else None)

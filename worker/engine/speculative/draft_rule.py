@@ -30,6 +30,13 @@ PRIOR_WEIGHT = 2.0
 # How much longer than the plain step a call may take for drafts without counting as slowing the rows that gain
 # least from them (plan_drafts): the spread of a pass's measured cost, not a budget for slowing anyone.
 SLOWER_BY = 0.02
+# How long a call with drafts may take, at most: the longer of the two. A stream's tokens come a step at a time, so
+# a long call is a pause in every stream it carries, however many tokens it then yields. It binds where a pass's
+# cost per row falls with its rows, so that many sequences each drafting long yields the most tokens per second
+# in a long call; on 2 cores with the test model the costs already keep 8 streams' drafts short (16 rows, ~49 ms),
+# and a lone copying sequence's 16-token draft takes ~52 ms.
+DRAFT_CALL_MAX_S = 0.1
+DRAFT_CALL_STRETCH = 4.0
 
 
 @dataclass
@@ -162,7 +169,8 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
     expected tokens per second with it must be at least its rate without it (within SLOWER_BY), so a draft that
     lengthens the call must promise every row beside it more than one token; where extra rows cost time (the
     CPU) only steps where every sequence drafts qualify. Of those, the option with the most expected tokens per
-    second is taken if it beats the step without drafts by MARGIN. Until the costs are measured nobody drafts."""
+    second is taken if it beats the step without drafts by MARGIN; none may take longer than DRAFT_CALL_MAX_S or
+    DRAFT_CALL_STRETCH plain calls, whichever is longer. Until the costs are measured nobody drafts."""
     base = costs.of_call([(slot, 1) for slot in slots])
     if base is None:
         return {}
@@ -170,6 +178,7 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
     ranked = sorted(candidates, key=lambda c: -c.rate)
     best, best_rate = {}, (1 + MARGIN) * len(slots) / base
     slowest = base * (1 + SLOWER_BY)  # a call one token a row is worth
+    longest = max(DRAFT_CALL_MAX_S, DRAFT_CALL_STRETCH * base)  # a pause every stream in the call would see
     for j in range(1, len(ranked) + 1):
         top = ranked[:j]
         for count in _counts(least, max(c.available for c in top)):
@@ -178,7 +187,7 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
             cost = costs.of_call([(slot, 1 + counts.get(slot, 0)) for slot in slots])
             assert cost is not None  # some pass was measured (base), so every pass has an estimate
             fewest = 1 + (min(gains) if j == len(slots) else 0.0)  # tokens of the row that gains least
-            if cost > slowest * fewest:
+            if cost > slowest * fewest or cost > longest:
                 continue
             rate = (len(slots) + sum(gains)) / cost
             if rate > best_rate:

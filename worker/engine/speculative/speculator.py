@@ -71,7 +71,7 @@ class PromptLookup:
 
 class Speculator:
     def __init__(self, config: EngineConfig, proposer: Proposer) -> None:
-        self.kind = config.spec_type
+        self.kind = config.drafting
         self.draft_max = config.draft_max
         self.draft_min = config.draft_min
         self.proposer = proposer
