@@ -139,17 +139,25 @@ async def test_drafts_are_reported_per_request(http, fresh_ngram_worker):
     def request_done() -> list[dict]:
         return [json.loads(line) for line in worker.log().splitlines() if '"request_done"' in line]
 
-    await wait_idle(http, worker.url)
-    logged, counted = len(request_done()), await draft_counters(http, worker.url)
-    events = await execute(http, worker.url, {"job_id": "spec-1", "prompt": COPYING[1], "max_tokens": 100,
-                                              "temperature": 0})
-    end = next(e for e in events if isinstance(e, dict) and e.get("type") == "end")
-    assert end["draft_tokens"] >= end["draft_accepted_tokens"] > 0, end
-    await answers(http, worker.url, [COPYING[1]], False, draft_max=0)
-    # Counted and logged before the response's end: right after it, /metrics and the log have both requests.
-    assert [d["draft_tokens"] for d in request_done()[logged:]] == [end["draft_tokens"], 0]
-    assert await draft_counters(http, worker.url) == (counted[0] + end["draft_tokens"],
-                                                      counted[1] + end["draft_accepted_tokens"])
+    # Whether a step drafts is the rule's call on this machine's measured costs, which a neighbour busy while the
+    # worker timed its passes inflates: a copying prompt is sent up to three times, and one of them must draft.
+    kept = []
+    for attempt in range(3):
+        await wait_idle(http, worker.url)
+        logged, counted = len(request_done()), await draft_counters(http, worker.url)
+        events = await execute(http, worker.url, {"job_id": f"spec-{attempt}", "prompt": COPYING[1],
+                                                  "max_tokens": 100, "temperature": 0})
+        end = next(e for e in events if isinstance(e, dict) and e.get("type") == "end")
+        assert end["draft_tokens"] >= end["draft_accepted_tokens"] >= 0, end
+        await answers(http, worker.url, [COPYING[1]], False, draft_max=0)
+        # Counted and logged before the response's end: right after it, /metrics and the log have both requests.
+        assert [d["draft_tokens"] for d in request_done()[logged:]] == [end["draft_tokens"], 0]
+        assert await draft_counters(http, worker.url) == (counted[0] + end["draft_tokens"],
+                                                          counted[1] + end["draft_accepted_tokens"])
+        kept.append(end["draft_accepted_tokens"])
+        if kept[-1] > 0:
+            break
+    assert kept[-1] > 0, kept
 
 
 async def test_draft_max_out_of_range_is_a_400(http, ngram_worker):
