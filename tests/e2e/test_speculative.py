@@ -44,13 +44,6 @@ def ngram_worker(tmp_path_factory: pytest.TempPathFactory):
     yield from _ngram_worker(tmp_path_factory.mktemp("ngram"))
 
 
-@pytest.fixture
-def fresh_ngram_worker(tmp_path: Path):
-    """A worker whose drafting rule has learnt nothing yet: what other tests' requests taught it (sampled answers
-    rejecting drafts lower a kind's acceptance for every later request) cannot hold back the drafts a test counts."""
-    yield from _ngram_worker(tmp_path)
-
-
 async def answers(http: aiohttp.ClientSession, url: str, prompts: list[str], together: bool, **extra) -> list[str]:
     async def one(prompt: str) -> str:
         body = {"messages": [{"role": "user", "content": prompt}], **GREEDY, **extra}
@@ -132,15 +125,18 @@ def _health_and_log(worker: WorkerProcess) -> tuple[dict, str]:
         assert worker.stop() == 0, worker.log()[-3000:]
 
 
-async def test_drafts_are_reported_per_request(http, fresh_ngram_worker):
-    """request_done logs and the pool-manager's end event count drafted and accepted tokens; draft_max 0 drafts none."""
-    worker = fresh_ngram_worker
+async def test_drafts_are_reported_per_request(http, ngram_worker):
+    """request_done logs and the pool-manager's end event count drafted and accepted tokens; draft_max 0 drafts none.
+    On the module's worker, whose passes were timed before the other workers here had work (a fresh worker timed
+    beside a busy one may not draft at all: docs/speculative.md, "Known limit"); its greedy acceptance is kept apart
+    from the sampled requests' it served."""
+    worker = ngram_worker
 
     def request_done() -> list[dict]:
         return [json.loads(line) for line in worker.log().splitlines() if '"request_done"' in line]
 
-    # Whether a step drafts is the rule's call on this machine's measured costs, which a neighbour busy while the
-    # worker timed its passes inflates: a copying prompt is sent up to three times, and one of them must draft.
+    # Whether a step drafts is the rule's call on the costs and acceptance it has measured: a copying prompt is sent
+    # up to three times, and one of them must draft.
     kept = []
     for attempt in range(3):
         await wait_idle(http, worker.url)
