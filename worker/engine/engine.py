@@ -293,7 +293,7 @@ class Engine:
 
     @property
     def _drafts_keep_text(self) -> bool | None:
-        if self._steps.speculator is None:
+        if not self.drafting:
             return None
         return self.model.config.prefix_cache is not CacheMode.FAST and self.numerics.drafts_keep_text
 
