@@ -20,7 +20,7 @@ from worker.engine.speculative.draft_rule import (
     plan_drafts,
 )
 from worker.engine.speculative.prompt_lookup import TokenHistory
-from worker.engine.speculative.speculator import PromptLookup, Speculator
+from worker.engine.speculative.speculator import RETIME_EVERY_S, PromptLookup, Speculator
 
 
 def cpu_costs() -> PassCosts:
@@ -160,3 +160,30 @@ def test_drafting_that_measured_slower_at_a_load_is_only_tried_now_and_then():
     assert not drafting_model.worth_trying(1)  # ...what? a plain step is taken to find out
     drafting_model.observe(1, 1, 0.006, drafted=False)
     assert [drafting_model.worth_trying(1) for _ in range(EXPLORE_EVERY)].count(True) == 1
+
+
+def test_passes_timed_beside_a_busy_process_are_timed_again_when_serving_shows_it():
+    """A one-row pass that serving measures well below its timed cost says a busy process ran beside the timing:
+    every row count is due to be timed again (idle, one a step), and then not again for RETIME_EVERY_S."""
+    speculator = Speculator(EngineConfig(spec_type=SpecType.NGRAM, draft_max=4), PromptLookup())
+    for rows, ms in ((1, 16.0), (2, 48.0), (3, 50.0), (4, 58.0), (5, 213.0)):  # timed beside a one-core hog
+        speculator.costs.timed(rows, ms / 1e3)
+    assert plan_drafts([0], [Candidate(0, 4, 0.95)], speculator.costs, 0) == {}  # no draft looks worth its rows
+    speculator.costs.observe(1, 14.0e-3)  # serving, as costly: nothing is due
+    assert speculator.pass_to_time_again(0.0) is None
+    for _ in range(10):
+        speculator.costs.observe(1, 6.5e-3)  # the neighbour is gone
+    assert speculator.pass_to_time_again(0.0) == 1
+    for rows, ms in ((1, 6.3), (2, 12.4), (3, 15.9), (4, 18.9), (5, 21.0)):
+        assert speculator.pass_to_time_again(0.5) == rows
+        assert speculator.timed_again(rows, ms / 1e3) is (rows == 5)
+    assert speculator.pass_to_time_again(1.0) is None
+    assert plan_drafts([0], [Candidate(0, 4, 0.95)], speculator.costs, 0) == {0: 4}
+    speculator.costs.timed(1, 20e-3)  # timed beside a busy process again: due, but not before RETIME_EVERY_S
+    assert speculator.costs.timed_beside_load() is False
+    for _ in range(10):
+        speculator.costs.observe(1, 6.5e-3)
+    assert speculator.costs.timed_beside_load() and speculator.pass_to_time_again(RETIME_EVERY_S - 1) is None
+    assert speculator.pass_to_time_again(RETIME_EVERY_S) == 1
+    assert speculator.timed_again(1, None) is True  # a failed decode ends the round
+    assert speculator.pass_to_time_again(RETIME_EVERY_S + 1) is None

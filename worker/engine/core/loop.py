@@ -3,7 +3,9 @@
 Each step drops cancelled and timed-out requests, runs the cell tasks whose slots are free (files of cells in or
 out: --kv-dir, the /slots routes), admits waiting requests into free slots (the scheduler picks the slot and the
 cached prefix), lets the runner carry out the scheduler's plan, and hands all the step's events to the event
-loop in one call. Idle, it sleeps on a condition and burns no CPU.
+loop in one call. Idle, it settles free slots once (the prefix cache's), times the passes a draft makes again
+where serving showed that they were timed beside a busy process, and otherwise sleeps on a condition and burns no
+CPU.
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, TypeVar
+
+import structlog
 
 from worker.engine.cache.cell_transfer import CellTransfer
 from worker.engine.cache.host_cache import HostCache, SavedCells
@@ -34,10 +39,18 @@ from worker.engine.speculative.speculator import PromptLookup, Speculator
 
 Dispatch = Callable[[Events], None]
 T = TypeVar("T")
+log = structlog.get_logger(__name__)
 
-# Free slots are settled (see PrefixCache.unsettled) only once the engine has been idle this long: a person
-# reading an answer leaves seconds, while a client that sends its next request at once would only wait.
-SETTLE_AFTER_IDLE_S = 0.25
+
+class IdleWork(Enum):
+    """Work the engine does when no request needs it, each once it has been idle this many seconds."""
+
+    # Free slots are settled (see PrefixCache.unsettled): a person reading an answer leaves seconds, while a client
+    # that sends its next request at once would only wait.
+    SETTLE = 0.25
+    # Passes timed again, a row count a step (Speculator.pass_to_time_again): later than settling, so that what
+    # else ran on the machine in the meantime has had its moment too.
+    TIME_PASSES = 1.0
 
 
 @dataclass(eq=False)
@@ -181,20 +194,26 @@ class EngineLoop:
     def _step(self) -> bool:
         events: Events = []
         with self._cond:
-            settle = self._wait_for_work()
+            work = self._wait_for_work()
             if self._stopping:
                 return False
-            started = time.perf_counter()
-            self._drop_ended(events)
-            self._run_tasks()
-            for admission in self._scheduler.admit(self._waiting, self._free_slots, self._running):
-                self._runner.start(admission)
-                self._running.append(admission.sequence)
-            plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting), settle,
-                                        self.model.adapters.current)
-            pooled = [(embedder, embedder.plan(queue)) for embedder, queue in self._pooled.values() if queue]
-            if self._running or self._waiting:
-                self._busy_until = time.monotonic()
+            if work is IdleWork.TIME_PASSES:
+                slot = self._runner.empty_slot(self._free_slots)
+            else:
+                started = time.perf_counter()
+                self._drop_ended(events)
+                self._run_tasks()
+                for admission in self._scheduler.admit(self._waiting, self._free_slots, self._running):
+                    self._runner.start(admission)
+                    self._running.append(admission.sequence)
+                plan = self._scheduler.plan(self._running, self._free_slots, len(self._waiting),
+                                            work is IdleWork.SETTLE, self.model.adapters.current)
+                pooled = [(embedder, embedder.plan(queue)) for embedder, queue in self._pooled.values() if queue]
+                if self._running or self._waiting:
+                    self._busy_until = time.monotonic()
+        if work is IdleWork.TIME_PASSES:
+            self._time_a_pass_again(slot)
+            return True
         self._runner.run(plan, events)
         self._collect_finished()
         if events:
@@ -206,18 +225,37 @@ class EngineLoop:
         self._totals = (steps + 1, step_s + time.perf_counter() - started, self._runner.decode_s)
         return True
 
-    def _wait_for_work(self) -> bool:
-        """Sleep until there is a request to serve (False) or free slots to settle after an idle spell (True)."""
+    def _wait_for_work(self) -> IdleWork | None:
+        """Sleep until there is a request to serve (None) or idle work is due."""
         while not (self._running or self._waiting or self._stopping or any(q for _, q in self._pooled.values())
                    or self._runnable_tasks()):
-            if self.cache.unsettled(self._free_slots) is None:
+            work = self._idle_work()
+            if work is None:
                 self._cond.wait()
                 continue
             idle = time.monotonic() - self._busy_until
-            if idle >= SETTLE_AFTER_IDLE_S:
-                return True
-            self._cond.wait(SETTLE_AFTER_IDLE_S - idle)
-        return False
+            if idle >= work.value:
+                return work
+            self._cond.wait(work.value - idle)
+        return None
+
+    def _idle_work(self) -> IdleWork | None:
+        if self.cache.unsettled(self._free_slots) is not None:
+            return IdleWork.SETTLE
+        if (self.speculator and self.speculator.pass_to_time_again(time.monotonic()) is not None
+                and self._runner.empty_slot(self._free_slots) is not None):
+            return IdleWork.TIME_PASSES
+        return None
+
+    def _time_a_pass_again(self, slot: int | None) -> None:
+        """One row count's pass timed again, in an empty free slot (outside the lock: a request that comes
+        meanwhile waits for this pass alone)."""
+        speculator = self.speculator
+        assert speculator is not None and slot is not None  # _idle_work found both
+        rows = speculator.pass_to_time_again(time.monotonic())
+        assert rows is not None  # only this thread changes what is due
+        if speculator.timed_again(rows, self._runner.time_pass(rows, slot)):
+            log.info("passes_timed", again=True, ms=self._runner.pass_costs_ms(speculator))
 
     def _runnable_tasks(self) -> list[CellTask]:
         return [task for task in self._tasks if task.slot is None or

@@ -38,8 +38,6 @@ from worker.engine.speculative.speculator import Speculator
 log = structlog.get_logger(__name__)
 
 Events = list[tuple[Sequence, Event]]
-# Row counts measure_passes times: the sizes a step with drafts makes, coarser as they grow.
-CALIBRATION_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 
 
 @dataclass(frozen=True)
@@ -168,19 +166,37 @@ class ModelRunner:
     def measure_passes(self, speculator: Speculator) -> None:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
         machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread."""
-        batch, slot = self._batch, 0
-        for rows in CALIBRATION_ROWS:
-            if rows > speculator.draft_max + 1:
-                break
-            for _ in range(2):
-                for i in range(rows):
-                    batch.token[i], batch.pos[i], batch.n_seq_id[i] = i, i, 1
-                    batch.seq_id[i][0], batch.logits[i] = slot, True
-                batch.n_tokens = rows
-                started = time.perf_counter()
-                if llama_cpp.llama_decode(self.model.ctx, batch) == 0:
-                    speculator.observe_call([(slot, rows)], time.perf_counter() - started)
-                llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+        for rows in speculator.timed_rows:
+            if (seconds := self.time_pass(rows, 0)) is not None:
+                speculator.costs.timed(rows, seconds)
+        log.info("passes_timed", ms=self.pass_costs_ms(speculator))
+
+    @staticmethod
+    def pass_costs_ms(speculator: Speculator) -> dict[int, float]:
+        return {rows: round(seconds * 1e3, 1) for rows, seconds in sorted(speculator.costs.seconds.items())}
+
+    def time_pass(self, rows: int, slot: int) -> float | None:
+        """The faster of two passes of `rows` rows in `slot`, an empty one, left empty (a busy neighbour only ever
+        adds time); None where llama_decode failed."""
+        batch, fastest = self._batch, None
+        for _ in range(2):
+            for i in range(rows):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = i, i, 1
+                batch.seq_id[i][0], batch.logits[i] = slot, True
+            batch.n_tokens = rows
+            started = time.perf_counter()
+            failed = llama_cpp.llama_decode(self.model.ctx, batch) != 0
+            seconds = time.perf_counter() - started
+            llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+            if failed:
+                return None
+            fastest = seconds if fastest is None else min(fastest, seconds)
+        return fastest
+
+    def empty_slot(self, free_slots: list[int]) -> int | None:
+        """A free slot that holds no cells (and none is being copied into): one to time passes in."""
+        return next((slot for slot in free_slots if not self.cells.copying(slot)
+                     and llama_cpp.llama_memory_seq_pos_max(self.model.memory, slot) < 0), None)
 
     def _settle(self, settle: Settle) -> None:
         """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk."""

@@ -106,18 +106,39 @@ def micro_batches(rows: list[tuple[int, int]]) -> list[int]:
     return passes
 
 
+# Serving found a one-row pass below this share of its timed cost: the passes were timed beside a busy process.
+TIMED_BESIDE_LOAD_BELOW = 0.75
+
+
 @dataclass
 class PassCosts:
-    """What one pass over the weights costs by the rows it holds, as measured on this machine: every llama_decode
-    of one micro-batch (decode steps, prefill chunks) updates its row count's running average."""
+    """What one pass over the weights costs by the rows it holds, as measured on this machine: the passes a step
+    with drafts makes are timed on purpose (ModelRunner.time_pass: before serving, and again when idle), and every
+    llama_decode of one micro-batch (decode steps, prefill chunks) updates its row count's running average."""
 
     seconds: dict[int, float] = field(default_factory=dict)
+    timed_one: float | None = None  # a one-row pass, as last timed on purpose
     _estimates: dict[int, float | None] = field(default_factory=dict)  # of(), until the next observation
 
     def observe(self, rows: int, seconds: float) -> None:
         old = self.seconds.get(rows)
         self.seconds[rows] = seconds if old is None else old + COST_SMOOTHING * (seconds - old)
         self._estimates.clear()
+
+    def timed(self, rows: int, seconds: float) -> None:
+        """A pass timed on purpose: its cost from now on, whatever serving measured before."""
+        self.seconds[rows] = seconds
+        if rows == 1:
+            self.timed_one = seconds
+        self._estimates.clear()
+
+    def timed_beside_load(self) -> bool:
+        """Whether serving finds a one-row pass well below its timed cost: the passes were timed beside a busy
+        process, so the multi-row ones are too high as well (every pass about 2x, bench/probes/passtiming.py), and a
+        row count that looks too costly to draft is never run by a step that would time it again: the worker would
+        serve without drafts for good."""
+        live = self.seconds.get(1)
+        return self.timed_one is not None and live is not None and live < TIMED_BESIDE_LOAD_BELOW * self.timed_one
 
     def of(self, rows: int) -> float | None:
         """A pass of `rows`: measured, else between the nearest measured row counts (a straight line), else

@@ -69,6 +69,14 @@ class PromptLookup:
         pass
 
 
+# Row counts whose passes are timed on purpose (ModelRunner.time_pass): the sizes a step with drafts makes, coarser
+# as they grow.
+TIMED_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
+# Passes timed at load are timed again, idle, where serving showed that a busy process ran beside the first timing
+# (PassCosts.timed_beside_load); at most this often, so that a machine busy by turns costs an idle worker little.
+RETIME_EVERY_S = 60.0
+
+
 class Speculator:
     def __init__(self, config: EngineConfig, proposer: Proposer) -> None:
         self.kind = config.drafting
@@ -76,11 +84,34 @@ class Speculator:
         self.draft_min = config.draft_min
         self.proposer = proposer
         self.costs = PassCosts()
+        self._retiming: list[int] = []  # row counts left to time again
+        self._retimed_at = -RETIME_EVERY_S  # monotonic time the last timing again began
         self.yields = StepYields(from_rows=1 if proposer.decodes else 2)
         # Per kind, apart for greedy and sampled requests: a sampled answer keeps fewer drafted tokens, and a burst
         # of them must not hold back the drafts of greedy requests that copy (nor greedy ones inflate theirs).
         self.acceptance = {(kind, greedy): Acceptance(prior)
                            for kind, prior in proposer.priors.items() for greedy in (True, False)}
+
+    @property
+    def timed_rows(self) -> list[int]:
+        """The row counts whose passes are timed: a decode row and each draft size up to --draft-max."""
+        return [rows for rows in TIMED_ROWS if rows <= self.draft_max + 1]
+
+    def pass_to_time_again(self, now: float) -> int | None:
+        """The next row count to time again while the engine is idle, where that is due; None: none is."""
+        if not self._retiming and self.costs.timed_beside_load() and now - self._retimed_at >= RETIME_EVERY_S:
+            self._retiming, self._retimed_at = self.timed_rows, now
+        return self._retiming[0] if self._retiming else None
+
+    def timed_again(self, rows: int, seconds: float | None) -> bool:
+        """The pass_to_time_again() row count's pass took `seconds` (None: its llama_decode failed, and the rest
+        are left as they are). Returns whether that was the last one."""
+        self._retiming.remove(rows)
+        if seconds is None:
+            self._retiming.clear()
+        else:
+            self.costs.timed(rows, seconds)
+        return not self._retiming
 
     def start(self, seq: Sequence) -> None:
         """A sequence drafts unless its request turned drafting off (draft_max 0) or its prompt holds images (their
