@@ -134,7 +134,7 @@ class PassCosts:
 
     def timed_beside_load(self) -> bool:
         """Whether serving finds a one-row pass well below its timed cost: the passes were timed beside a busy
-        process, so the multi-row ones are too high as well (every pass about 2x, bench/probes/passtiming.py), and a
+        process, so the multi-row ones are too high as well (every pass 1.5-2x, bench/probes/passtiming.py), and a
         row count that looks too costly to draft is never run by a step that would time it again: the worker would
         serve without drafts for good."""
         live = self.seconds.get(1)
