@@ -6,7 +6,7 @@ bench/probes/prefillspeed.py (1,536-token prompt in 256-token chunks, then 64 de
 in a fresh process per configuration, since ggml reads its settings once per process:
   llama.cpp default       flash attention by shape, f16 cells, default kernels: what llama-server and `fast` run
   exact                   exact mode on the batch-invariant build `make install` puts beside it (patches/llama.cpp,
-                          GGML_CPU_BATCH_INVARIANT=1, K and V cells f16, Q4_K repacked on x86: build_choice.py)
+                          GGML_CPU_BATCH_INVARIANT=1, K and V cells f16, Q4_K unrepacked; exactness/build_choice.py)
   exact, fallback         exact mode on llama-cpp-python's own library, as without that build: flash attention pinned
                           (K cells q8_0, V f16) and exactness/ggml_switches.py's fallback settings (GGML_CPU_TILED_MM=0,
                           Q4_K unrepacked)

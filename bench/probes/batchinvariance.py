@@ -17,8 +17,7 @@ Kernels compared (each type, each set, in a fresh process, as llama-cpp-python b
   pinned       exact mode without the patched build (its fallback, and what it ran before the patches but for F16,
                then on a build without llamafile): K q8_0 / V f16 (the per-row kernel), GGML_CPU_TILED_MM=0, Q4_K
                unrepacked, llama-cpp-python's own library
-  patched      the library built with patches/llama.cpp, GGML_CPU_BATCH_INVARIANT=1, K/V f16, flash attention on,
-               every type repacked (Q4_K too: 0007)
+  patched      the library built with patches/llama.cpp, GGML_CPU_BATCH_INVARIANT=1, K/V f16, flash attention on
 
 Run: python bench/probes/batchinvariance.py [--kernels own,pinned,patched] [--types q4_0,...] [--patched DIR]
                                             [--repeat N]
@@ -49,12 +48,11 @@ def kernel_env(kernels: str, qtype: str, patched: str) -> dict[str, str]:
     """The environment a child runs under for one set of kernels and one weight type."""
     if kernels == "own":
         return {"CACHE_K": "f16", "CACHE_V": "f16", "REPACK": "1"}
+    # Q4_K's repacked GEMM and GEMV sum apart (exactness/ggml_switches.py): exact mode loads such a file unrepacked
+    repack = "0" if qtype == "q4_k_m" else "1"
     if kernels == "pinned":
-        # Q4_K's repacked GEMM and GEMV sum apart in llama.cpp's own library (exactness/ggml_switches.py): the
-        # fallback loads such a file unrepacked; the patched library's agree (0007)
-        repack = "0" if qtype == "q4_k_m" else "1"
         return {"CACHE_K": "q8_0", "CACHE_V": "f16", "GGML_CPU_TILED_MM": "0", "REPACK": repack}
-    return {"CACHE_K": "f16", "CACHE_V": "f16", "REPACK": "1", "GGML_CPU_BATCH_INVARIANT": "1",
+    return {"CACHE_K": "f16", "CACHE_V": "f16", "REPACK": repack, "GGML_CPU_BATCH_INVARIANT": "1",
             "LLAMA_CPP_LIB_PATH": patched}
 
 

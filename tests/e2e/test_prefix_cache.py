@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -140,12 +139,11 @@ async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, 
 
 
 async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
-    """K-quant weights: exact mode keeps ggml's tiled matmul under its batch-invariant switch and, on x86, Q4_K
-    repacked (its GEMM sums as its GEMV: patch 0007; exactness/ggml_switches.py), so the conversations, side by side,
-    still equal `off` one by one, and each turn starts past the previous answer."""
+    """K-quant weights: exact mode keeps ggml's tiled matmul under its batch-invariant switch and loads Q4_K
+    unrepacked (exactness/ggml_switches.py), so the conversations, side by side, still equal `off` one by one, and
+    each turn starts past the previous answer."""
     exactness = (await conversations_beside_off(http, tmp_path, quantized("q4_k_m"))).exactness
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    assert exactness | {"tiled_mm": True, "repack": x86, "answers_reused": True} == exactness, exactness
+    assert exactness | {"tiled_mm": True, "repack": False, "answers_reused": True} == exactness, exactness
 
 
 async def test_multi_turn_streamed_reports_cached_tokens(http, base_url):

@@ -4,8 +4,6 @@ only; tests/model/test_numerics.py measures what they buy."""
 
 from __future__ import annotations
 
-import platform
-
 import numpy as np
 import pytest
 
@@ -20,8 +18,7 @@ EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST
 
 
 # The table in bench/WEIGHTS.md: per weight type, what exact mode loads on the cpu backend (the batch-invariant
-# build for every type; the kernels here are the fallback's, without it). With it, every type keeps llama.cpp's
-# fastest kernels on x86: the tiled K-quant matmul, and weights repacked, Q4_K's too (patch 0007).
+# build for every type; the kernels here are the fallback's, without it).
 @pytest.mark.parametrize(("qtype", "types", "library", "exact_kernels"), [
     (None, {"Q4_1", "Q8_0"}, "batch-invariant", Kernels(tiled_mm=False, repack=True)),  # the test model as shipped
     # Q4_0's repacked GEMM and GEMV agree
@@ -39,9 +36,6 @@ def test_choices_per_weight_type(model_path, quantized, monkeypatch, qtype, type
     path = quantized(qtype) if qtype else model_path
     assert types == set(weight_product_types(path))
     assert choose_kernels(path, row_invariant=True) == exact_kernels
-    x86 = platform.machine().lower() in ("x86_64", "amd64")
-    assert choose_kernels(path, row_invariant=True, switch_on=True) == Kernels(
-        tiled_mm=True, repack=x86 or "Q4_K" not in types, batch_invariant=True)
     assert choose_kernels(path, row_invariant=False) == FASTEST
     for mode in (EXACT, OFF):  # off computes as exact does: their texts are compared
         chosen = choose_library(path, EngineConfig(prefix_cache=mode))

@@ -11,9 +11,8 @@ Exact and off modes need a row's numerics to follow the row alone.
   Q6_K and decode unchanged, where GGML_CPU_TILED_MM_FORCE=1 (tiled for every row, also exact) cost decode 0.80x
   (bench/probes/prefillspeed.py). ggml reads it once per process, at its first matrix product.
 - Either way, repacked weights compute whole groups of rows in a GEMM and the rest in a GEMV. Q4_0's two agree
-  bitwise, and on x86 so do Q4_K's in the patched library (patch 0007); elsewhere Q4_K's differ, so a model
-  holding a repackable type whose two differ loads its weights as stored (llama.cpp's --no-repack; prefill 0.81x
-  on a Q4_K_M file).
+  bitwise; Q4_K's differ, so a model holding a repackable type other than Q4_0 loads its weights as stored
+  (llama.cpp's --no-repack; prefill 0.81x on a Q4_K_M file).
 Types are read from the GGUF's tensor table (tensor_table.py), before llama.cpp loads the weights.
 """
 
@@ -21,7 +20,6 @@ from __future__ import annotations
 
 import ctypes
 import os
-import platform
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,9 +28,6 @@ from worker.engine.exactness.tensor_table import weight_product_types
 TILED_MM_ENV = "GGML_CPU_TILED_MM"
 # What ggml-cpu repacks on x86 (repack.cpp) besides Q4_0, whose GEMM and GEMV agree: named as gguf-py names them.
 REPACK_DIFFERS = frozenset({"Q4_K", "Q2_K", "IQ4_NL", "MXFP4"})
-# Of those, what the patched library's GEMM sums as its GEMV does on x86 (patches/llama.cpp 0007); ARM's Q4_K
-# kernels are others.
-REPACK_AGREES_PATCHED_X86 = frozenset({"Q4_K"})
 
 
 @dataclass(frozen=True)
@@ -47,17 +42,11 @@ FASTEST = Kernels(tiled_mm=True, repack=True)
 
 def choose_kernels(path: Path, row_invariant: bool, switch_on: bool = False) -> Kernels:
     """The fastest settings, or, where rows must not depend on their batch, the fastest that keep them apart:
-    with ggml's switch on (switch_on: switch_is_on()), tiled K-quant products stay and Q4_K is repacked on x86;
-    without it they go, and Q4_K is not."""
+    with ggml's switch on (switch_on: switch_is_on()), tiled K-quant products stay; without it they go."""
     if not row_invariant:
         return FASTEST
-    differ = REPACK_DIFFERS - REPACK_AGREES_PATCHED_X86 if switch_on and _x86() else REPACK_DIFFERS
-    repack = not (set(weight_product_types(path)) & differ)
+    repack = not (set(weight_product_types(path)) & REPACK_DIFFERS)
     return Kernels(tiled_mm=switch_on, repack=repack, batch_invariant=switch_on)
-
-
-def _x86() -> bool:
-    return platform.machine().lower() in ("x86_64", "amd64")
 
 
 def apply(kernels: Kernels) -> None:
