@@ -197,9 +197,7 @@ class EngineLoop:
             work = self._wait_for_work()
             if self._stopping:
                 return False
-            if work is IdleWork.TIME_PASSES:
-                slot = self._runner.empty_slot(self._free_slots)
-            else:
+            if work is not IdleWork.TIME_PASSES:
                 started = time.perf_counter()
                 self._drop_ended(events)
                 self._run_tasks()
@@ -212,7 +210,7 @@ class EngineLoop:
                 if self._running or self._waiting:
                     self._busy_until = time.monotonic()
         if work is IdleWork.TIME_PASSES:
-            self._time_a_pass_again(slot)
+            self._time_a_pass_again()
             return True
         self._runner.run(plan, events)
         self._collect_finished()
@@ -247,15 +245,15 @@ class EngineLoop:
             return IdleWork.TIME_PASSES
         return None
 
-    def _time_a_pass_again(self, slot: int | None) -> None:
+    def _time_a_pass_again(self) -> None:
         """One row count's pass timed again, in an empty free slot (outside the lock: a request that comes
-        meanwhile waits for this pass alone)."""
-        speculator = self.speculator
+        meanwhile waits for this pass alone; only this thread changes the free slots and what is due)."""
+        speculator, slot = self.speculator, self._runner.empty_slot(self._free_slots)
         assert speculator is not None and slot is not None  # _idle_work found both
         rows = speculator.pass_to_time_again(time.monotonic())
-        assert rows is not None  # only this thread changes what is due
+        assert rows is not None
         if speculator.timed_again(rows, self._runner.time_pass(rows, slot)):
-            log.info("passes_timed", again=True, ms=self._runner.pass_costs_ms(speculator))
+            log.info("passes_timed", again=True, ms=speculator.costs.milliseconds)
 
     def _runnable_tasks(self) -> list[CellTask]:
         return [task for task in self._tasks if task.slot is None or

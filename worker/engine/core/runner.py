@@ -169,11 +169,7 @@ class ModelRunner:
         for rows in speculator.timed_rows:
             if (seconds := self.time_pass(rows, 0)) is not None:
                 speculator.costs.timed(rows, seconds)
-        log.info("passes_timed", ms=self.pass_costs_ms(speculator))
-
-    @staticmethod
-    def pass_costs_ms(speculator: Speculator) -> dict[int, float]:
-        return {rows: round(seconds * 1e3, 1) for rows, seconds in sorted(speculator.costs.seconds.items())}
+        log.info("passes_timed", ms=speculator.costs.milliseconds)
 
     def time_pass(self, rows: int, slot: int) -> float | None:
         """The faster of two passes of `rows` rows in `slot`, an empty one, left empty (a busy neighbour only ever

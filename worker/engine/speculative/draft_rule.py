@@ -132,6 +132,11 @@ class PassCosts:
             self.timed_one = seconds
         self._estimates.clear()
 
+    @property
+    def milliseconds(self) -> dict[int, float]:
+        """Each row count's cost in ms, for the log."""
+        return {rows: round(seconds * 1e3, 1) for rows, seconds in sorted(self.seconds.items())}
+
     def timed_beside_load(self) -> bool:
         """Whether serving finds a one-row pass well below its timed cost: the passes were timed beside a busy
         process, so the multi-row ones are too high as well (every pass 1.5-2x, bench/probes/passtiming.py), and a
