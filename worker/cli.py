@@ -14,8 +14,9 @@ import click
 
 from worker import __version__
 from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
-from worker.engine.config import DRAFT_MAX, MAX_DRAFT
+from worker.engine.config import DRAFT_MAX
 from worker.errors import WorkerError
+from worker.fields import MAX_DRAFT
 from worker.logs import configure as configure_logs
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
 

@@ -11,8 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from worker.engine.config import MAX_DRAFT
-
 
 @dataclass(frozen=True)
 class NumberField:
@@ -41,6 +39,8 @@ FREQUENCY_PENALTY = NumberField("frequency_penalty", "frequency_penalty", -2, 2,
 SEED = NumberField("seed", "seed", 0, 2**64 - 1, integer=True, nullable=True, per_model=False)
 # A thinking model's reasoning tokens before the end-of-thinking marker is written for it (docs/agents-and-evals.md).
 REASONING_BUDGET = NumberField("reasoning_budget", "reasoning_budget", 0, 2**31 - 1, integer=True, nullable=True)
+# The most --draft-max and a request's draft_max may be: a step's rows grow with it.
+MAX_DRAFT = 64
 # Speculative decoding per request: at most this many drafted tokens a step (capped by --draft-max); 0: none.
 DRAFT_MAX = NumberField("draft_max", "draft_max", 0, MAX_DRAFT, integer=True, nullable=True, per_model=False)
 

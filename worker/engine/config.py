@@ -21,8 +21,6 @@ CPU_UBATCH_SIZE = 256
 # --draft-max (llama-server's --spec-draft-n-max is 3 for a draft model, 48 for its n-gram lookups): long copied
 # runs are where drafts pay on the CPU (speculative/draft_rule.py), and the rule there cuts each draft to what pays.
 DRAFT_MAX = 16
-# The most --draft-max (and a request's draft_max) may be: a step's rows grow with it.
-MAX_DRAFT = 64
 
 
 @dataclass(frozen=True)
