@@ -131,17 +131,20 @@ def _health_and_log(worker: WorkerProcess) -> tuple[dict, str]:
 async def test_passes_timed_beside_a_busy_process_are_timed_again_once_idle(http, tmp_path):
     """A worker started while every CPU is busy times its passes too high, so high that a copying answer may draft
     nothing at all (3 of 4 tries before the fix). Serving then finds one-row passes far cheaper than timed: once
-    idle, the worker times its passes again, in an empty slot, and says so; the next copying answer drafts, and
-    its text is the first's."""
+    idle, the worker times its passes again and says so. With one slot, which the first answer's conversation
+    holds, it times them past that conversation's cells and keeps them: the next copying answer reuses them and
+    drafts, and its text is the first's."""
     busy = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(os.cpu_count() or 1)]
     try:
-        worker = start_worker(tmp_path, *FLAGS)
+        worker = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048")
     finally:
         for process in busy:
             process.kill()
             process.wait()
     try:
-        first = await answers(http, worker.url, COPYING[1:2], False)
+        body = {"messages": [{"role": "user", "content": COPYING[1]}], **GREEDY}
+        url = worker.url + "/v1/chat/completions"
+        first = await openai_once(http, url, body)
         for _ in range(300):
             if '"again": true' in worker.log():
                 break
@@ -150,7 +153,9 @@ async def test_passes_timed_beside_a_busy_process_are_timed_again_once_idle(http
         assert len(timed) == 2, timed  # at load, and again once idle
         assert timed[1]["1"] < timed[0]["1"] * 0.75, timed
         before = await draft_counters(http, worker.url)
-        assert await answers(http, worker.url, COPYING[1:2], False) == first
+        again = await openai_once(http, url, body)
+        assert completion_text(again) == completion_text(first)
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 32
         after = await draft_counters(http, worker.url)
         assert after[1] > before[1], (before, after)
     finally:

@@ -24,7 +24,7 @@ import structlog
 from worker.engine.cache.cell_transfer import CellTransfer
 from worker.engine.cache.host_cache import HostCache, SavedCells
 from worker.engine.cache.prefix_cache import PrefixCache
-from worker.engine.core.runner import Events, ModelRunner
+from worker.engine.core.runner import Events, ModelRunner, PassPlace
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget, chunk_grid
 from worker.engine.core.sequence import Sequence, SequenceState
 from worker.engine.errors import QueueFull
@@ -241,18 +241,22 @@ class EngineLoop:
         if self.cache.unsettled(self._free_slots) is not None:
             return IdleWork.SETTLE
         if (self.speculator and self.speculator.pass_to_time_again(time.monotonic()) is not None
-                and self._runner.empty_slot(self._free_slots) is not None):
+                and self._pass_place() is not None):
             return IdleWork.TIME_PASSES
         return None
 
+    def _pass_place(self) -> PassPlace | None:
+        assert self.speculator is not None  # only drafting times passes
+        return self._runner.pass_place(self._free_slots, max(self.speculator.timed_rows))
+
     def _time_a_pass_again(self) -> None:
-        """One row count's pass timed again, in an empty free slot (outside the lock: a request that comes
-        meanwhile waits for this pass alone; only this thread changes the free slots and what is due)."""
-        speculator, slot = self.speculator, self._runner.empty_slot(self._free_slots)
-        assert speculator is not None and slot is not None  # _idle_work found both
+        """One row count's pass timed again, in a free slot past its cells (outside the lock: a request that
+        comes meanwhile waits for this pass alone; only this thread changes the free slots and what is due)."""
+        speculator, place = self.speculator, self._pass_place()
+        assert speculator is not None and place is not None  # _idle_work found both
         rows = speculator.pass_to_time_again(time.monotonic())
         assert rows is not None
-        if speculator.timed_again(rows, self._runner.time_pass(rows, slot)):
+        if speculator.timed_again(rows, self._runner.time_pass(rows, place)):
             log.info("passes_timed", again=True, ms=speculator.costs.milliseconds)
 
     def _runnable_tasks(self) -> list[CellTask]:

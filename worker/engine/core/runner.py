@@ -50,6 +50,14 @@ class Row:
     logits: bool  # computed for sampling (or scoring)
 
 
+@dataclass(frozen=True)
+class PassPlace:
+    """Where a pass is timed on purpose: a slot, from this position on (past the cells it keeps)."""
+
+    slot: int
+    start: int
+
+
 class ModelRunner:
     def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace,
                  speculator: Speculator | None = None, projector: Projector | None = None) -> None:
@@ -167,32 +175,36 @@ class ModelRunner:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
         machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread."""
         for rows in speculator.timed_rows:
-            if (seconds := self.time_pass(rows, 0)) is not None:
+            if (seconds := self.time_pass(rows, PassPlace(0, 0))) is not None:
                 speculator.costs.timed(rows, seconds)
         log.info("passes_timed", ms=speculator.costs.milliseconds)
 
-    def time_pass(self, rows: int, slot: int) -> float | None:
-        """The faster of two passes of `rows` rows in `slot`, an empty one, left empty (a busy neighbour only ever
-        adds time); None where llama_decode failed."""
+    def time_pass(self, rows: int, place: PassPlace) -> float | None:
+        """The faster of two passes of `rows` rows at `place`, whose cells are dropped after each (as a rejected
+        draft's are: the slot's own cells stay as they were); None where llama_decode failed."""
         batch, fastest = self._batch, None
         for _ in range(2):
             for i in range(rows):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = i, i, 1
-                batch.seq_id[i][0], batch.logits[i] = slot, True
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = i, place.start + i, 1
+                batch.seq_id[i][0], batch.logits[i] = place.slot, True
             batch.n_tokens = rows
             started = time.perf_counter()
             failed = llama_cpp.llama_decode(self.model.ctx, batch) != 0
             seconds = time.perf_counter() - started
-            llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+            llama_cpp.llama_memory_seq_rm(self.model.memory, place.slot, place.start, -1)
             if failed:
                 return None
             fastest = seconds if fastest is None else min(fastest, seconds)
         return fastest
 
-    def empty_slot(self, free_slots: list[int]) -> int | None:
-        """A free slot that holds no cells (and none is being copied into): one to time passes in."""
-        return next((slot for slot in free_slots if not self.cells.copying(slot)
-                     and llama_cpp.llama_memory_seq_pos_max(self.model.memory, slot) < 0), None)
+    def pass_place(self, free_slots: list[int], rows: int) -> PassPlace | None:
+        """Where passes of up to `rows` rows can be timed between requests: past the cells of the free slot that
+        holds the fewest (none is being copied; its cells are kept, and few cells to attend to keep the pass near
+        its cost at load, timed in an empty slot). None: no free slot has room."""
+        places = [PassPlace(slot, llama_cpp.llama_memory_seq_pos_max(self.model.memory, slot) + 1)
+                  for slot in free_slots if not self.cells.copying(slot)]
+        place = min(places, key=lambda place: place.start, default=None)
+        return place if place is not None and place.start + rows <= self.model.n_ctx_seq else None
 
     def _settle(self, settle: Settle) -> None:
         """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk."""
