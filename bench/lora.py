@@ -5,7 +5,7 @@ Two steering adapters are made from the model (bench/adapters.py) and both serve
 CLIENTS closed-loop clients each stream REQUESTS completions back to back, client i under adapter i % 2 through
 the request's own `lora` list (llama-server's field), every request MAX_TOKENS greedy tokens; then the same
 clients on the base model (every adapter at scale 0), and on llm-worker with every client under one adapter, so
-that what the adapter groups' turns cost (worker/engine/core/turns.py) stands apart from what an adapter's
+that what the adapter groups' turns cost (worker/engine/core/adapter_turns.py) stands apart from what an adapter's
 products cost.
 Reports aggregate tok/s and the streams' inter-token gaps. Run: .venv/bin/python bench/run.py lora [--publish]
 (bench/LORA.md; docs/models.md, "LoRA adapters")

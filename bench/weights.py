@@ -10,7 +10,7 @@ in a fresh process per configuration, since ggml reads its settings once per pro
   exact, fallback         exact mode on llama-cpp-python's own library, as without that build: flash attention pinned
                           (K cells q8_0, V f16) and exactness/ggml_switches.py's fallback settings (GGML_CPU_TILED_MM=0,
                           Q4_K unrepacked)
-Each exact column also says whether the load-time check (worker/engine/exactness/load_check.py) lets exact mode reuse
+Each exact column also says whether the load-time check (worker/engine/startup/load_check.py) lets exact mode reuse
 answers there, and the last one which build the worker loads for the type (exactness/build_choice.py's rule).
 Run: .venv/bin/python bench/run.py weights [--types q4_0,q4_1,...] [--publish]
 (bench/WEIGHTS.md; docs/cache-and-exactness.md, "Per weight type")
@@ -66,7 +66,7 @@ def exact_settings(path: Path, switch_on: bool) -> dict[str, str]:
 def answers_reused(path: Path, env: dict[str, str]) -> bool:
     """The load-time check, run as the worker runs it, in a fresh process with the same environment."""
     code = ("import sys; from pathlib import Path; from worker.engine.native.model import EngineConfig, LlamaModel; "
-            "from worker.engine.exactness.load_check import measure; "
+            "from worker.engine.startup.load_check import measure; "
             "m = LlamaModel(Path(sys.argv[1]), EngineConfig(ctx_size=1024, parallel=2)); "
             "print(measure(m).answers_reusable)")
     out = subprocess.run([sys.executable, "-c", code, str(path)], env={**os.environ, **env}, cwd=REPO_DIR,

@@ -11,7 +11,7 @@ COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/build-
 COPY patches/llama.cpp patches/llama.cpp/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
-COPY worker/__init__.py worker/errors.py worker/presets.py CMakePresets.json worker/
+COPY worker/__init__.py worker/worker_error.py worker/build_presets.py CMakePresets.json worker/
 RUN scripts/install-system-deps build ${PRESET}
 # The host's CA bundle, when pip must trust a re-signing proxy: a secret, so no layer keeps it
 # (docker build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt).

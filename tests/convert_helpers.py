@@ -10,7 +10,7 @@ import pytest
 from gguf import GGUFReader
 
 from tests.fixtures.make_hf_folder import VERSION, Fixture, build
-from worker.source.cache import cache_dir
+from worker.user_cache import cache_dir
 
 
 def oracle(model_path: Path) -> Fixture:

@@ -6,9 +6,9 @@ import dataclasses
 import json
 from pathlib import Path
 
+from worker.build_presets import load_presets
 from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, batch_invariant_installed
 from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
-from worker.presets import load_presets
 
 GIB = 1024 ** 3
 # libggml-*.so that are not a GPU backend.

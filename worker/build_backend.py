@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import structlog
 
-from worker.errors import WorkerError
-from worker.presets import Variant
+from worker.build_presets import Variant
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

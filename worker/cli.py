@@ -15,13 +15,13 @@ import click
 from worker import __version__
 from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.engine.config import DRAFT_MAX
-from worker.errors import WorkerError
 from worker.fields import MAX_DRAFT
 from worker.logs import configure as configure_logs
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
 
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
+from worker.worker_error import WorkerError
 
 if TYPE_CHECKING:
     from click.decorators import FC  # what an option decorates: a command's function, or the command
@@ -362,7 +362,7 @@ def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | Non
       CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=89 llm-worker build-backend cuda
     """
     from worker import build_backend as builder
-    from worker.presets import variant
+    from worker.build_presets import variant
 
     chosen, extra = variant(presets), os.environ.get("CMAKE_ARGS", "")
     if dry_run:
@@ -391,8 +391,8 @@ def convert(src: Path, output: Path | None, convert_type: str, quantize: str | N
     """
     import shutil
 
-    from worker.source.cache import atomic_path
     from worker.source.convert import Conversion, ProgressReport, converted_model, is_hf_folder
+    from worker.user_cache import atomic_path
 
     configure_logs(log_format, log_level)
     if not is_hf_folder(src):

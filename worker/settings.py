@@ -10,10 +10,10 @@ from pathlib import Path
 from worker.engine.config import EngineConfig, default_batch_size, default_ubatch_size
 from worker.engine.exactness.build_choice import expects_batch_invariant
 from worker.engine.modes import CacheMode, SpecType
-from worker.errors import WorkerError
 from worker.logs import default_format
 from worker.source.projector import projector_source
 from worker.source.sources import ProjectorSource
+from worker.worker_error import WorkerError
 
 ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 IMAGE_MAX_BYTES = 20 * 2**20  # OpenAI's limit for one image

@@ -1,9 +1,9 @@
 """Probe: on which probe shapes do one-token decode cells give a cold prefill's logits?
-(worker/engine/exactness/load_check.py)
+(worker/engine/startup/load_check.py)
 
 For each (prompt, kept, decoded): prefill `prompt` tokens as one chunk, then make its cells from `kept` on again,
 `decoded` of them one token at a time and the rest as one chunk, and compare the last logits bitwise. One shape
-that agrees proves little: exactness/load_check.py checks several. Run (LLAMA_CPP_LIB_PATH=<a build's bin> for
+that agrees proves little: startup/load_check.py checks several. Run (LLAMA_CPP_LIB_PATH=<a build's bin> for
 another build):
   .venv/bin/python bench/probes/decodeshapes.py MODEL.gguf
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-import worker.engine.exactness.load_check as numerics
+import worker.engine.startup.load_check as numerics
 from worker.engine.native.model import EngineConfig, LlamaModel
 from worker.logs import configure
 

@@ -7,7 +7,7 @@ slot holds CONTEXT prefilled cells, and one decode step of SLOTS rows is timed (
 
 1. base model, one call; 2. adapter A, one call; 3. A, two calls of SLOTS/2 rows, no switch;
 4. A and B, two calls of SLOTS/2 rows, one switch a step (what decoding every set every step would cost: why the
-   sets take turns instead, worker/engine/core/turns.py);
+   sets take turns instead, worker/engine/core/adapter_turns.py);
 5. a one-row call after a switch against one without: what a switch costs.
 Then the logits of a row decoded in step 4 are compared bitwise with the same row decoded under its adapter alone.
 The library is the one the worker would load for these files (exactness/build_choice.py).

@@ -3,7 +3,7 @@
 Each slot is a KV stream of its own, and llama.cpp views a micro-batch's streams as one range, so it cuts a call
 into one micro-batch per run of adjacent slots (llama_batch_allocr::split_equal, sequential streams): 4 rows on
 slots 0, 2, 4, 6 are 4 micro-batches. 8 slots each hold CONTEXT prefilled cells; one decode call per layout is
-timed (median of ROUNDS). What worker/engine/core/slot_runs.py places requests of LoRA adapter sets by.
+timed (median of ROUNDS). What worker/engine/core/slot_placement.py places requests of LoRA adapter sets by.
 The library is the one the worker would load for the file (exactness/build_choice.py).
 Run: .venv/bin/python bench/probes/slotruns.py [MODEL.gguf]
 """

@@ -21,7 +21,7 @@ from tests.convert_helpers import oracle, post
 from tests.fake_hub import FakeHub, HubFile, HubRepo
 from tests.helpers import openai_once
 from tests.vision_helpers import COLOURS, build_projector, image_message, png
-from worker.source.cache import sha256_of
+from worker.user_cache import sha256_of
 
 GGUF_REPO = "test/SmolLM2-135M-Instruct-GGUF"
 SPLIT_REPO = "test/SmolLM2-135M-Instruct-split-GGUF"

@@ -19,9 +19,9 @@ import pytest
 
 from tests.conftest import WorkerProcess, start_worker
 from tests.helpers import execute
-from worker.engine.cache import cell_file
-from worker.engine.cache.prefix_cache import ALIGN
 from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
+from worker.engine.kv import cell_file
+from worker.engine.kv.prefix_cache import ALIGN
 
 SYSTEM = ("You are a patient tutor for a class of curious twelve-year-olds. Answer in two or three short, plain "
           "sentences and give one everyday example.")

@@ -14,7 +14,7 @@ import pytest
 from bench.adapters import ZEBRA, Base, steering_adapter
 from tests.conftest import start_worker
 from tests.e2e.test_kv_dir import log_events
-from worker.engine.cache.prefix_cache import ALIGN
+from worker.engine.kv.prefix_cache import ALIGN
 
 GREEDY = {"temperature": 0, "max_tokens": 16}
 UNDER_ZEBRA = {"lora": [{"id": 0, "scale": 1.0}]}

@@ -21,8 +21,8 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.convert_helpers import oracle
 from tests.fixtures.tiny_models import make_tiny
 from tests.helpers import completion_text, execute, openai_once, openai_stream
-from worker.engine.cache.prefix_cache import ALIGN
 from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
+from worker.engine.kv.prefix_cache import ALIGN
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 

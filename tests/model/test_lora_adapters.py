@@ -10,7 +10,7 @@ import pytest
 
 from bench.adapters import write_adapter
 from worker.engine.config import EngineConfig, Lora
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 
 def attention_adapter(out: Path, arch: str, width: int, base_name: str) -> Path:

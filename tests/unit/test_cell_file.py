@@ -1,4 +1,4 @@
-"""Cell files (engine/cache/cell_file.py): what is written reads back whole, and nothing else reads back at all."""
+"""Cell files (engine/kv/cell_file.py): what is written reads back whole, and nothing else reads back at all."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ import time
 import pytest
 
 from tests.conftest import REPO
-from worker.engine.cache import cell_file
-from worker.engine.cache.disk_cache import DiskCache
-from worker.engine.cache.fingerprint import Fingerprint
-from worker.engine.cache.host_cache import SavedCells
+from worker.engine.kv import cell_file
+from worker.engine.kv.disk_cache import DiskCache
+from worker.engine.kv.fingerprint import Fingerprint
+from worker.engine.kv.host_cache import SavedCells
 
 PRINT = Fingerprint.of({"model_sha256": "a" * 64, "libraries_sha256": "b" * 64, "cache_type_k": "q8_0",
                         "flash_attn": "on", "prefix_cache": "exact"})
@@ -79,9 +79,9 @@ def test_another_fingerprint_is_refused_naming_each_part_that_differs(tmp_path):
 KILLED_WRITER = """
 import ctypes, os, sys, time
 from pathlib import Path
-from worker.engine.cache.disk_cache import DiskCache
-from worker.engine.cache.fingerprint import Fingerprint
-from worker.engine.cache.host_cache import SavedCells
+from worker.engine.kv.disk_cache import DiskCache
+from worker.engine.kv.fingerprint import Fingerprint
+from worker.engine.kv.host_cache import SavedCells
 
 def stall(fd):  # every byte is in the temp file; the rename would come next
     print("written", flush=True)

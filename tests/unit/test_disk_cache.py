@@ -1,4 +1,4 @@
-"""--kv-dir's folder (engine/cache/disk_cache.py): what is written, renewed, removed, and loaded at start."""
+"""--kv-dir's folder (engine/kv/disk_cache.py): what is written, renewed, removed, and loaded at start."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import time
 
 from structlog.testing import capture_logs
 
-from worker.engine.cache import cell_file
-from worker.engine.cache.disk_cache import DiskCache
-from worker.engine.cache.fingerprint import Fingerprint
-from worker.engine.cache.host_cache import MIB, SavedCells
+from worker.engine.kv import cell_file
+from worker.engine.kv.disk_cache import DiskCache
+from worker.engine.kv.fingerprint import Fingerprint
+from worker.engine.kv.host_cache import MIB, SavedCells
 
 PRINT = Fingerprint.of({"model_sha256": "a" * 64, "cache_type_k": "q8_0"})
 SYSTEM = list(range(1000, 1100))

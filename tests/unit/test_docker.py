@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO
-from worker.presets import load_presets
+from worker.build_presets import load_presets
 
 DOCKER_DIR = REPO / "docker"
 BACKENDS = ("cpu", "openblas", "cuda", "vulkan")  # one image each; Metal is macOS-native, no image

@@ -5,9 +5,9 @@ tried again."""
 from __future__ import annotations
 
 from worker.engine.config import EngineConfig
-from worker.engine.core.sequence import Sequence
 from worker.engine.modes import SpecType
 from worker.engine.requests import Request, SamplingParams
+from worker.engine.sequence import Sequence
 from worker.engine.speculative.draft_rule import (
     DRAFT_CALL_MAX_S,
     DRAFT_CALL_STRETCH,

@@ -10,7 +10,7 @@ from worker.engine.config import EngineConfig
 from worker.engine.exactness.kv_plan import Attention, plan_attention
 from worker.engine.exactness.tensor_table import weight_product_types
 from worker.engine.modes import CacheMode, SpecType
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 EXACT, OFF, FAST = CacheMode.EXACT, CacheMode.OFF, CacheMode.FAST
 PINNED = Attention("on", "q8_0", "f16", pinned=True)

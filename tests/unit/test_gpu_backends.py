@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 
 from worker.backends_report import render
-from worker.engine.exactness.guarantee import guarantee
-from worker.engine.exactness.load_check import Numerics
 from worker.engine.modes import CacheMode
 from worker.engine.native.backends import BuildInfo
+from worker.engine.startup.guarantee import guarantee
+from worker.engine.startup.load_check import Numerics
 
 
 @pytest.mark.parametrize(("mode", "numerics", "backend", "rpc", "expected"), [

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import ctypes
 
-from worker.engine.cache.host_cache import MIB, HostCache, SavedCells
-from worker.engine.cache.prefix_cache import PrefixCache, Reuse, held
+from worker.engine.kv.host_cache import MIB, HostCache, SavedCells
+from worker.engine.kv.prefix_cache import PrefixCache, Reuse, held
 from worker.engine.modes import CacheMode
 
 SYSTEM = list(range(1000, 1100))  # a 100-token system prompt

@@ -7,12 +7,12 @@ import pytest
 from worker.api.generation_fields import sampling_defaults
 from worker.api.openai.request import parse_completion
 from worker.api.orch.request import parse_execute
-from worker.errors import WorkerError
 from worker.source import load_registry
 from worker.source.ggufs import gguf_choices, pick, pick_projector
 from worker.source.hubref import parse_hub_ref
 from worker.source.registry import ModelDefaults
 from worker.source.sources import HubSource
+from worker.worker_error import WorkerError
 
 
 @pytest.mark.parametrize("value,expected", [

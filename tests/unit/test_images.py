@@ -14,11 +14,11 @@ from tests.vision_helpers import data_url, png
 from worker.api.images import ImageLink, MediaIntake, image_from_url, image_size
 from worker.api.openai.request import parse_chat
 from worker.api.problems import InvalidRequest, Reader
-from worker.engine.prompt.media import MEDIA_MARKER, MediaSpan, runs, stand_ins, text_only
-from worker.errors import WorkerError
+from worker.engine.media import MEDIA_MARKER, MediaSpan, runs, stand_ins, text_only
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MediaSettings
 from worker.source import load_registry
 from worker.source.sources import HubSource, PathSource
+from worker.worker_error import WorkerError
 
 
 def read(url: object, media: MediaSettings = MediaSettings()) -> tuple[object, list[str]]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from worker.api.llama_server.slots import name_problem
-from worker.engine.cache.fingerprint import Fingerprint, library_files
-from worker.errors import WorkerError
+from worker.engine.kv.fingerprint import Fingerprint, library_files
+from worker.worker_error import WorkerError
 
 
 def settings(*args: str):

@@ -14,14 +14,14 @@ import pytest
 from worker.api.adapters import Adapters, read_lora
 from worker.api.problems import InvalidRequest, Reader
 from worker.cli import _lora_refs
-from worker.engine.cache.host_cache import MIB, HostCache, SavedCells
-from worker.engine.cache.prefix_cache import PrefixCache, Reuse, held
 from worker.engine.config import Lora
+from worker.engine.core.adapter_turns import SWITCH_SHARE, Turns
 from worker.engine.core.scheduler import Pace, Scheduler
-from worker.engine.core.sequence import Sequence, SequenceState
-from worker.engine.core.turns import SWITCH_SHARE, Turns
+from worker.engine.kv.host_cache import MIB, HostCache, SavedCells
+from worker.engine.kv.prefix_cache import PrefixCache, Reuse, held
 from worker.engine.modes import CacheMode
 from worker.engine.requests import NO_ADAPTERS, AdapterSet, Request
+from worker.engine.sequence import Sequence, SequenceState
 from worker.settings import LoraRef
 
 A, B = AdapterSet.of({0: 1.0}), AdapterSet.of({1: 0.5})
@@ -93,7 +93,7 @@ def sequence(prompt: list[int], adapters: AdapterSet, slot: int, state: Sequence
 
 
 def test_requests_of_each_adapter_set_are_placed_on_adjacent_slots():
-    """A set's step decodes its rows in one micro-batch per run of adjacent slots (slot_runs.py): a burst of
+    """A set's step decodes its rows in one micro-batch per run of adjacent slots (slot_placement.py): a burst of
     requests alternating between two sets fills slots 0-3 with one set and 4-7 with the other, where the least
     recently used order would have interleaved them."""
     scheduler = Scheduler(PrefixCache(CacheMode.EXACT, 8), budget=256)

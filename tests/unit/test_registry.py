@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from worker.errors import WorkerError
 from worker.source import load_registry, resolve_model
+from worker.worker_error import WorkerError
 
 
 def test_unknown_name_lists_the_aliases():

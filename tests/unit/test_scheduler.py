@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import deque
 
-from worker.engine.cache.prefix_cache import ALIGN, PrefixCache, Reuse, align_down
 from worker.engine.config import EngineConfig
 from worker.engine.core.scheduler import STALL_FACTOR, Pace, Scheduler, chunk_budget, chunk_grid
-from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.kv.prefix_cache import ALIGN, PrefixCache, Reuse, align_down
 from worker.engine.modes import CacheMode
 from worker.engine.requests import Request
+from worker.engine.sequence import Sequence, SequenceState
 
 SHARED = list(range(1000, 1600))  # a 600-token system prompt
 

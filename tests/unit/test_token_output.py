@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from worker.engine.core.sequence import Sequence
+from worker.engine.core.token_output import TokenOutput, finished_event
 from worker.engine.output.detokenizer import StreamingText
 from worker.engine.output.reasoning import ThinkingSplit
-from worker.engine.output.token_output import TokenOutput, finished_event
 from worker.engine.requests import FinishReason, Request, SamplingParams, TokenLogprob
+from worker.engine.sequence import Sequence
 
 EOS = 0
 # A toy vocabulary: token ids -> the bytes they spell. "€" is split over two tokens.

@@ -9,7 +9,7 @@ from tests.tools_helpers import HERMES_TEMPLATE, HISTORY, WEATHER
 from worker.api.tools.formats import GENERIC_FORMAT, HERMES_FORMAT, MISTRAL_FORMAT
 from worker.api.tools.prompt import CALL_FORM, template_messages
 from worker.api.tools.request import Function, Tools
-from worker.engine.prompt.chat_template import ChatTemplate
+from worker.engine.serving.chat_template import ChatTemplate
 
 # SmolLM2's own template: ChatML that knows nothing of tools.
 CHATML_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "

@@ -11,7 +11,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from worker.api import anthropic, llama_server, openai, openapi, orch, responses
 from worker.api.auth import auth_middleware
-from worker.api.errors import error_middleware
+from worker.api.error_shapes import error_middleware
 from worker.api.state import WORKER, WorkerState
 
 MAX_BODY_BYTES = 4 * 1024 * 1024

@@ -12,8 +12,8 @@ from worker.api.images import ImageInput, ImageLink
 from worker.api.problems import Reader
 from worker.api.tools.request import Tools
 from worker.engine import SamplingParams
-from worker.errors import WorkerError
 from worker.fields import OPENAI_SAMPLING, NumberField
+from worker.worker_error import WorkerError
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_BYTES = 256

@@ -11,8 +11,8 @@ from aiohttp import web
 
 from worker.api.adapters import Adapters
 from worker.api.images import MediaIntake
+from worker.api.loading_progress import LoadingProgress
 from worker.api.metrics import Metrics
-from worker.api.progress import LoadingProgress
 from worker.engine import SamplingParams
 from worker.settings import Settings
 

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 from worker.lazy import exports
 
 if TYPE_CHECKING:  # the same names, as type checkers see them (through __getattr__ they would be Any)
-    from worker.engine.cache.cell_file import UnusableFile as UnusableFile
     from worker.engine.config import EngineConfig as EngineConfig
     from worker.engine.core.scheduler import SchedulerStats as SchedulerStats
     from worker.engine.engine import Engine as Engine
@@ -23,6 +22,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.errors import QueueFull as QueueFull
     from worker.engine.errors import UnfitInputs as UnfitInputs
     from worker.engine.handle import RequestHandle as RequestHandle
+    from worker.engine.kv.cell_file import UnusableFile as UnusableFile
     from worker.engine.modes import CacheMode as CacheMode
     from worker.engine.requests import Alternative as Alternative
     from worker.engine.requests import ChatPrompt as ChatPrompt
@@ -43,5 +43,5 @@ __getattr__ = exports(__name__, {
     "EmbeddingFailed": "errors", "EmptyPrompt": "errors", "NoChatTemplate": "errors", "QueueFull": "errors",
     "UnfitInputs": "errors",
     "CacheMode": "modes", "EngineConfig": "config", "RequestHandle": "handle", "SchedulerStats": "core.scheduler",
-    "Engine": "engine", "UnusableFile": "cache.cell_file",
+    "Engine": "engine", "UnusableFile": "kv.cell_file",
 })

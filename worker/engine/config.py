@@ -64,7 +64,7 @@ class EngineConfig:
     max_queue: int = 64
     prefix_cache: CacheMode = CacheMode.EXACT
     cache_ram: int = 8192  # MiB of host memory for slots' cells dropped for other prompts (host_cache.py); 0: none
-    kv_dir: Path | None = None  # where reusable cells outlive the process (cache/disk_cache.py); None: nowhere
+    kv_dir: Path | None = None  # where reusable cells outlive the process (kv/disk_cache.py); None: nowhere
     kv_dir_mib: int = 8192  # the bound on kv_dir's cell files, oldest removed first
     cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's (exactness/kv_plan.py)
     cache_type_v: str | None = None

@@ -12,22 +12,19 @@ from typing import Any
 
 import structlog
 
-from worker.engine.cache import cell_file
-from worker.engine.cache.disk_cache import DiskCache
-from worker.engine.cache.fingerprint import Fingerprint, engine_fingerprint
-from worker.engine.cache.host_cache import MIB
 from worker.engine.config import Lora
 from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.core.loop import EngineLoop
 from worker.engine.core.runner import Events
 from worker.engine.core.scheduler import SchedulerStats
-from worker.engine.core.sequence import Sequence
 from worker.engine.errors import AdapterCells, ContextLengthExceeded, EmptyPrompt
 from worker.engine.exactness.build_choice import loaded_build
-from worker.engine.exactness.guarantee import Guarantee, guarantee
-from worker.engine.exactness.load_check import Numerics, measure
 from worker.engine.handle import RequestHandle
 from worker.engine.handoff import Handoff
+from worker.engine.kv import cell_file
+from worker.engine.kv.disk_cache import DiskCache
+from worker.engine.kv.fingerprint import Fingerprint, engine_fingerprint
+from worker.engine.kv.host_cache import MIB
 from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import EngineConfig, LlamaModel, ProgressFn
 from worker.engine.native.projector import Bitmap, Projector
@@ -42,8 +39,11 @@ from worker.engine.pooling.rerank import (
     relevance_messages,
     yes_no_scores,
 )
-from worker.engine.prompt.chat_template import ChatTemplate
 from worker.engine.requests import ChatPrompt, Reasoning, Request
+from worker.engine.sequence import Sequence
+from worker.engine.serving.chat_template import ChatTemplate
+from worker.engine.startup.guarantee import Guarantee, guarantee
+from worker.engine.startup.load_check import Numerics, measure
 
 log = structlog.get_logger(__name__)
 
@@ -64,7 +64,7 @@ class Exactness:
     attention_pinned: bool  # flash attention held to one kernel per row whatever the batch (exactness/kv_plan.py)
     tiled_mm: bool  # ggml's tiled K-quant matmul allowed (exactness/ggml_switches.py)
     repack: bool  # weights repacked for the CPU's GEMM
-    # The load-time check (exactness/load_check.py), exact mode only, on any backend; None: not measured (another mode).
+    # The load-time check (startup/load_check.py), exact mode only, on any backend; None: not measured (another mode).
     decoded_cells_exact: bool | None
     batch_invariant: bool | None
     moved_cells_exact: bool | None  # cells loaded from host memory or copied between slots: as where they were made
@@ -215,18 +215,18 @@ class Engine:
 
     @cached_property
     def fingerprint(self) -> Fingerprint:
-        """What this worker's cells' numerics depend on: saved cells load only under the same (cache/fingerprint.py)."""
+        """What this worker's cells' numerics depend on: saved cells load only under the same (kv/fingerprint.py)."""
         return engine_fingerprint(self.model)
 
     async def persist(self) -> None:
-        """Write what the free slots and host memory hold that this mode reuses to --kv-dir (cache/disk_cache.py);
+        """Write what the free slots and host memory hold that this mode reuses to --kv-dir (kv/disk_cache.py);
         nothing without --kv-dir."""
         disk = self._disk
         if disk is None:
             return
         new, still_held = await asyncio.wrap_future(self._steps.free_slots_cells(disk.known))
         entries = self._steps.cache.host.entries if self._steps.cache.host else []
-        # Cells belong to the adapter set they were made under (cache/prefix_cache.py), and a file's fingerprint
+        # Cells belong to the adapter set they were made under (kv/prefix_cache.py), and a file's fingerprint
         # names none: only cells made without adapters go to disk (a loaded file's cells serve requests without
         # adapters); those made under adapters stay in host memory only (CellTransfer.snapshots skips slots' too).
         host = [entry for entry in entries if not entry.adapters]
@@ -275,7 +275,7 @@ class Engine:
                          attention.flash_attn, attention.cache_type_k, attention.cache_type_v, attention.pinned,
                          kernels.tiled_mm, kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
                          numerics.moved_cells_exact,
-                         # answers' cells reused: fast mode, or exact where the numerics allow (exactness/load_check.py)
+                         # answers' cells reused: fast mode, or exact where the numerics allow (startup/load_check.py)
                          self._steps.cache.every_cell,
                          self._steps.speculator.kind.value if self._steps.speculator else SpecType.NONE.value,
                          self._drafts_keep_text)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 
 class NoChatTemplate(WorkerError):

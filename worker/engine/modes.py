@@ -7,7 +7,7 @@ import enum
 
 
 class CacheMode(str, enum.Enum):
-    """What the prefix cache may reuse (cache/prefix_cache.py says what each mode means)."""
+    """What the prefix cache may reuse (kv/prefix_cache.py says what each mode means)."""
 
     EXACT = "exact"
     FAST = "fast"

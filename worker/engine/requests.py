@@ -7,7 +7,7 @@ import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from worker.engine.prompt.media import MediaSpan
+from worker.engine.media import MediaSpan
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ class SamplingParams:
     # (lazy_grammar.py): tool_choice auto's calls.
     grammar_trigger: GrammarTrigger | None = None
     # A thinking model's reasoning ends after this many tokens: the end-of-thinking marker is written for it and
-    # the answer follows (output/token_output.py). None: it thinks as long as it likes; 0: it answers at once.
+    # the answer follows (core/token_output.py). None: it thinks as long as it likes; 0: it answers at once.
     reasoning_budget: int | None = None
     # Speculative decoding: drafted tokens a step may verify for this request, at most the worker's --draft-max
     # (None: that); 0 turns drafting off. Drafts never change the text where the load-time check allows them.
@@ -57,7 +57,7 @@ class Reasoning:
 
 @dataclass(frozen=True)
 class ChatPrompt:
-    tokens: list[int]  # with an image's stand-ins at its span (prompt/media.py)
+    tokens: list[int]  # with an image's stand-ins at its span (media.py)
     reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
     media: tuple[MediaSpan, ...] = ()  # the images in it, in order (--mmproj)
 

@@ -1,6 +1,6 @@
 """--kv-dir from the lifecycle's side: the engine's reusable cells written to disk every --kv-dir-interval seconds
 while it serves, and once more on drain, after the admitted requests finished and before the engine stops, so that
-the worker that replaces this one starts with them (engine/cache/disk_cache.py)."""
+the worker that replaces this one starts with them (engine/kv/disk_cache.py)."""
 
 from __future__ import annotations
 

@@ -14,12 +14,11 @@ from aiohttp import web
 from worker.api import Phase, WorkerState, build_app
 from worker.api.adapters import Adapters
 from worker.api.generation_fields import sampling_defaults
+from worker.api.loading_progress import LoadingProgress
 from worker.api.orch.route import cache_ram, vram_bytes
-from worker.api.progress import LoadingProgress
 from worker.engine import SamplingParams
 from worker.engine.config import Lora
 from worker.engine.exactness.build_choice import choose_library, load_library
-from worker.errors import WorkerError
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
 from worker.settings import LoraRef, Settings
@@ -28,6 +27,7 @@ from worker.source.convert import Conversion, ProgressReport
 from worker.source.projector import fetch_projector
 from worker.source.registry import Registry
 from worker.source.resolve import as_gguf, fetch_model
+from worker.worker_error import WorkerError
 
 if TYPE_CHECKING:
     from worker.engine import Engine

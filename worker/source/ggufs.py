@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from gguf import LlamaFileType
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 # llama.cpp's own split naming (llama_split_path): PREFIX-00001-of-00003.gguf. Given the
 # first part, llama.cpp finds the others beside it by name.

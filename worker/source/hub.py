@@ -25,12 +25,12 @@ from huggingface_hub.errors import (
     RevisionNotFoundError,
 )
 
-from worker.errors import WorkerError
 from worker.logs import bridge_library_logs
-from worker.source.cache import sha256_of
+from worker.source.download_progress import DownloadProgress
 from worker.source.ggufs import GgufChoice, gguf_choices, pick, pick_projector
-from worker.source.progress import DownloadProgress
 from worker.source.sources import HubSource
+from worker.user_cache import sha256_of
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 bridge_library_logs()  # importing huggingface_hub just gave its logger a plain handler

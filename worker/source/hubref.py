@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from worker.errors import WorkerError
 from worker.source.sources import HubSource
+from worker.worker_error import WorkerError
 
 HUB_PREFIX = "hf:"
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import structlog
 
-from worker.errors import WorkerError
-from worker.source.cache import atomic_file, cache_dir
 from worker.source.sources import PackageSource
+from worker.user_cache import atomic_file, cache_dir
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

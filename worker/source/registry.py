@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from worker.errors import WorkerError
 from worker.fields import MODEL_DEFAULTS
 from worker.source.projector import projector_source
 from worker.source.sources import HubSource, PackageSource, PathSource, ProjectorSource, Source
+from worker.worker_error import WorkerError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -1,7 +1,7 @@
 """Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load.
 
 huggingface_hub and gguf-py load where a hub download or a conversion happens, not here: serving a local
-GGUF or a cached package never imports them (tests/model/test_debts.py).
+GGUF or a cached package never imports them (tests/model/test_import_rules.py).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from worker.errors import WorkerError
-from worker.progress import ProgressFn
+from worker.progress_callback import ProgressFn
 from worker.source.convert import Conversion
 from worker.source.hubref import HUB_PREFIX, parse_hub_ref
 from worker.source.package import fetch_package_file
 from worker.source.registry import ModelDefaults, Registry
 from worker.source.sources import HubSource, PackageSource, PathSource, Source
+from worker.worker_error import WorkerError
 
 
 @dataclass(frozen=True)

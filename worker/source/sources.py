@@ -7,7 +7,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 

@@ -15,13 +15,13 @@ from typing import Any
 from worker.api.adapters import read_lora
 from worker.api.anthropic.output import output_grammar
 from worker.api.anthropic.tools import read_tools
-from worker.api.budgets import thinking_budget
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.images import NO_FETCH, ImageInput, image_from_base64, without_marker
 from worker.api.problems import Reader
+from worker.api.reasoning_budgets import thinking_budget
 from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
-from worker.engine.prompt.media import MEDIA_MARKER
+from worker.engine.media import MEDIA_MARKER
 from worker.fields import ANTHROPIC_SAMPLING
 from worker.settings import MediaSettings
 

@@ -1,5 +1,5 @@
 """POST /v1/messages and /v1/messages/count_tokens: a Messages request runs as a chat turn
-(worker/api/tools/plan.py), so greedy text, tool calls and reasoning are the chat route's; only the shapes are
+(worker/api/chat_turn.py), so greedy text, tool calls and reasoning are the chat route's; only the shapes are
 Anthropic's (blocks.py). count_tokens stops where generation would start: at the turn's prompt."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ from aiohttp import web
 from worker.api import sse
 from worker.api.anthropic.blocks import Blocks
 from worker.api.anthropic.request import parse_messages
-from worker.api.budgets import thinks
-from worker.api.errors import FAILED_STATUS, anthropic_error
-from worker.api.feed import feed, unsent
+from worker.api.chat_turn import Turn, prepared_turn
+from worker.api.content_feed import feed, unsent
+from worker.api.error_shapes import FAILED_STATUS, anthropic_error
 from worker.api.generation import TrackedHandle, engine_requests, generating
 from worker.api.generation_fields import ChatRequest
-from worker.api.preamble import admitted, served_model
 from worker.api.problems import parse_json_object
+from worker.api.reasoning_budgets import thinks
+from worker.api.request_checks import admitted, served_model
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
-from worker.api.tools.plan import Turn, prepared_turn
 from worker.engine import Finished, FinishReason
 
 routes = web.RouteTableDef()

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.budgets import ANTHROPIC_MIN_BUDGET
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS
 from worker.api.openapi_parts import COUNT, TEXT, event, json_body, numbers, post, ref, sse_event, stop_string
+from worker.api.reasoning_budgets import ANTHROPIC_MIN_BUDGET
 from worker.fields import ANTHROPIC_SAMPLING
 
 _TEXT_BLOCKS = {"type": "array", "items": {"type": "object", "required": ["type", "text"],

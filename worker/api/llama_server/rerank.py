@@ -14,9 +14,9 @@ from typing import Any
 import structlog
 from aiohttp import web
 
-from worker.api.errors import Failure, Family, pooled_failure, response
-from worker.api.preamble import served_model
+from worker.api.error_shapes import Failure, Family, pooled_failure, response
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
+from worker.api.request_checks import served_model
 from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed
 from worker.engine.pooling.rerank import RANK_HEAD

@@ -7,10 +7,10 @@ from typing import Any
 
 from aiohttp import web
 
+from worker.api.chat_turn import chat_text
 from worker.api.openai.request import parse_chat
 from worker.api.problems import Reader, integral, parse_json_object
 from worker.api.state import WORKER
-from worker.api.tools.plan import chat_text
 
 routes = web.RouteTableDef()
 

@@ -5,7 +5,7 @@ save writes the slot's reusable cells (what its prefix cache would reuse) to a f
 restore loads such a file into the slot, which then serves the prompts that continue it as if a request had left
 those cells there; erase empties the slot. Each waits until no request holds the slot, as llama-server does. A
 file name is a plain name inside that folder (no separator, no leading dot, so no `..` and no absolute path), and
-a file carries the fingerprint of the worker that wrote it (engine/cache/cell_file.py): one that another model,
+a file carries the fingerprint of the worker that wrote it (engine/kv/cell_file.py): one that another model,
 build or cell type wrote, or that is truncated or corrupt, is refused and nothing of it loads.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from worker.api.errors import Failure, Family, response
+from worker.api.error_shapes import Failure, Family, response
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.state import WORKER
 from worker.engine import AdapterCells, UnusableFile

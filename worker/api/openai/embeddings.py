@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 import structlog
 from aiohttp import web
 
-from worker.api.errors import Failure, Family, pooled_failure, response
-from worker.api.preamble import served_model
+from worker.api.error_shapes import Failure, Family, pooled_failure, response
 from worker.api.problems import InvalidRequest, Problem, Reader, integral, parse_json_object
+from worker.api.request_checks import served_model
 from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed, UnfitInputs
 

@@ -8,14 +8,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.api.adapters import read_lora
-from worker.api.budgets import effort_budget
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
 from worker.api.images import ImageInput, ImageLink, MediaIntake, image_from_url, without_marker
 from worker.api.problems import Reader, integral
+from worker.api.reasoning_budgets import effort_budget
 from worker.api.structured import GrammarCheck, openai_grammar
 from worker.api.tools.request import history_fields, read_tools
 from worker.engine import SamplingParams
-from worker.engine.prompt.media import MEDIA_MARKER
+from worker.engine.media import MEDIA_MARKER
 from worker.fields import OPENAI_SAMPLING
 
 ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's

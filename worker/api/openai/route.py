@@ -12,16 +12,16 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.errors import FAILED_STATUS, OPENAI_FAILURE_CODES
+from worker.api.chat_turn import Turn, prepared_turn
+from worker.api.error_shapes import FAILED_STATUS, OPENAI_FAILURE_CODES
 from worker.api.generation import TrackedHandle, engine_requests, generating, merged
 from worker.api.generation_fields import ChatRequest
 from worker.api.openai.logprobs import CompletionLogprobs, chat_logprobs, joined
 from worker.api.openai.request import CompletionRequest, parse_chat, parse_completion
-from worker.api.preamble import admitted
 from worker.api.problems import parse_json_object
+from worker.api.request_checks import admitted
 from worker.api.state import WORKER, WorkerState
 from worker.api.tools.answer import Answer, Call, Release
-from worker.api.tools.plan import Turn, prepared_turn
 from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
 from worker.engine.requests import PromptLogprobs
 from worker.settings import MediaSettings

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.budgets import EFFORT_BUDGETS
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS
 from worker.api.openai.embeddings import ENCODINGS, MAX_INPUTS
 from worker.api.openai.request import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, ROLES
@@ -21,6 +20,7 @@ from worker.api.openapi_parts import (
     sse_event,
     stop_string,
 )
+from worker.api.reasoning_budgets import EFFORT_BUDGETS
 from worker.fields import OPENAI_SAMPLING
 
 _RESPONSE_FORMAT = {"oneOf": [

@@ -5,7 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.errors import RETRY_AFTER_S, queue_full
+from worker.api.error_shapes import RETRY_AFTER_S, queue_full
 from worker.api.generation import engine_requests, generating
 from worker.api.orch.request import ExecuteRequest, parse_execute
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object

@@ -228,7 +228,7 @@ def _text_format(r: Reader, text: Any) -> dict[str, Any]:
 
 
 def _effort(r: Reader, reasoning: Any) -> dict[str, Any]:
-    """reasoning.effort as chat's reasoning_effort (a thinking budget, worker/api/budgets.py)."""
+    """reasoning.effort as chat's reasoning_effort (a thinking budget, worker/api/reasoning_budgets.py)."""
     if reasoning is None:
         return {}
     if not isinstance(reasoning, dict):

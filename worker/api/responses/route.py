@@ -1,6 +1,6 @@
 """POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API as a chat turn.
 
-The request becomes a chat request (request.py) and runs as the chat route runs it (worker/api/tools/plan.py), so
+The request becomes a chat request (request.py) and runs as the chat route runs it (worker/api/chat_turn.py), so
 greedy text, tool calls and reasoning are the chat route's; only the shapes are the Responses API's (items.py).
 """
 
@@ -15,17 +15,17 @@ import structlog
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.errors import FAILED_STATUS, OPENAI_FAILURE_CODES, Failure, openai_body
-from worker.api.feed import ENDED, feed, unsent
+from worker.api.chat_turn import prepared_turn
+from worker.api.content_feed import ENDED, feed, unsent
+from worker.api.error_shapes import FAILED_STATUS, OPENAI_FAILURE_CODES, Failure, openai_body
 from worker.api.generation import TrackedHandle, engine_requests, generating
-from worker.api.preamble import admitted
 from worker.api.problems import Problem, parse_json_object
+from worker.api.request_checks import admitted
 from worker.api.responses.items import Event, OutputItems
 from worker.api.responses.request import ResponsesRequest, parse_responses
 from worker.api.responses.store import Message, ResponseStore, Stored
 from worker.api.state import WORKER
 from worker.api.tools.answer import Answer
-from worker.api.tools.plan import prepared_turn
 from worker.engine import Finished, FinishReason
 
 log = structlog.get_logger(__name__)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.budgets import EFFORT_BUDGETS
 from worker.api.openai.schema import CHAT_ONLY, FORCED_CALL
 from worker.api.openapi_parts import COUNT, TEXT, json_body, numbers, post, ref, sse_event
+from worker.api.reasoning_budgets import EFFORT_BUDGETS
 from worker.fields import OPENAI_SAMPLING
 
 _TEXT_PARTS = {"type": "array", "items": {"type": "object", "required": ["type", "text"], "properties": {

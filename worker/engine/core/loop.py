@@ -21,19 +21,19 @@ from typing import Any, TypeVar
 
 import structlog
 
-from worker.engine.cache.cell_transfer import CellTransfer
-from worker.engine.cache.host_cache import HostCache, SavedCells
-from worker.engine.cache.prefix_cache import PrefixCache
 from worker.engine.core.runner import Events, ModelRunner, PassPlace
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget, chunk_grid
-from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.core.token_output import finished_event
 from worker.engine.errors import QueueFull
+from worker.engine.kv.cell_transfer import CellTransfer
+from worker.engine.kv.host_cache import HostCache, SavedCells
+from worker.engine.kv.prefix_cache import PrefixCache
 from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
-from worker.engine.output.token_output import finished_event
 from worker.engine.pooling.embeddings import EMBEDDINGS, RANK, Embedder, EmbeddingJob
 from worker.engine.requests import FinishReason
+from worker.engine.sequence import Sequence, SequenceState
 from worker.engine.speculative.draft_model import DraftModel
 from worker.engine.speculative.speculator import PromptLookup, Speculator
 

@@ -4,8 +4,8 @@ Runs on the engine thread only. Each prefill chunk is its own llama_decode call
 and all decode rows share one (see scheduler.py for why), all under the step's
 LoRA adapter set, which the context is switched to first; every row that wants
 logits is sampled right after its call, by the sequence's own native chain, and
-what the token adds to the answer is output/token_output.py's job; cells moved
-between slots and host memory are cache/cell_transfer.py's. A prefill chunk over an image
+what the token adds to the answer is core/token_output.py's job; cells moved
+between slots and host memory are kv/cell_transfer.py's. A prefill chunk over an image
 is cut where text meets the image: a llama_batch holds token ids or embeddings, not both.
 The image is encoded (native/projector.py) in the step whose chunk first reaches it, and
 its embeddings decoded at its positions within the same per-step prefill budget as text.
@@ -20,19 +20,19 @@ from dataclasses import dataclass
 import llama_cpp
 import structlog
 
-from worker.engine.cache.cell_transfer import CellTransfer
-from worker.engine.cache.prefix_cache import PrefixCache, Settle
 from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
-from worker.engine.core.sequence import Sequence, SequenceState
+from worker.engine.core.token_output import TokenOutput, finished_event
+from worker.engine.kv.cell_transfer import CellTransfer
+from worker.engine.kv.prefix_cache import PrefixCache, Settle
+from worker.engine.media import MediaSpan, runs, text_only
 from worker.engine.modes import CacheMode
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.output.logprobs import LogprobReader
 from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
-from worker.engine.output.token_output import TokenOutput, finished_event
-from worker.engine.prompt.media import MediaSpan, runs, text_only
 from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
+from worker.engine.sequence import Sequence, SequenceState
 from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
@@ -146,7 +146,7 @@ class ModelRunner:
             speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
     def _switch_took(self, seconds: float, usual: float | None) -> bool:
-        """After an adapter switch, the first call's time over its usual time is the switch's (core/turns.py);
+        """After an adapter switch, the first call's time over its usual time is the switch's (core/adapter_turns.py);
         True then: the call is no sample of its usual pace. `usual` None or 0: not measured yet."""
         if not self._switched:
             return False

@@ -27,15 +27,15 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from worker.engine.cache.disk_cache import DiskStats
-from worker.engine.cache.host_cache import SavedCells
-from worker.engine.cache.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down
 from worker.engine.config import EngineConfig
-from worker.engine.core.sequence import Sequence, SequenceState
-from worker.engine.core.slot_runs import MOVE_MAX_CELLS, beside_own_set
-from worker.engine.core.turns import Turns
+from worker.engine.core.adapter_turns import Turns
+from worker.engine.core.slot_placement import MOVE_MAX_CELLS, beside_own_set
+from worker.engine.kv.disk_cache import DiskStats
+from worker.engine.kv.host_cache import SavedCells
+from worker.engine.kv.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down
 from worker.engine.modes import CacheMode
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
+from worker.engine.sequence import Sequence, SequenceState
 
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
 # has the same aim). The arrivals workload of `bench/run.py throughput` (8 streams, new 400-token prompts), test
@@ -207,7 +207,7 @@ class Scheduler:
 
     def _placed(self, choice: Reuse, sequence: Sequence, free_slots: list[int], sets: dict[int, AdapterSet]) -> Reuse:
         """The choice, or, beside requests under other LoRA adapter sets, a slot next to its own set's when the
-        choice reuses little of its own slot's cells (slot_runs.py)."""
+        choice reuses little of its own slot's cells (slot_placement.py)."""
         adapters = sequence.request.adapters
         if (choice.source is not None or choice.saved is not None or choice.cells > MOVE_MAX_CELLS
                 or all(other == adapters for other in sets.values())):

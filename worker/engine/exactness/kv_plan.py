@@ -30,7 +30,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from worker.engine.modes import CacheMode
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 # The cells exact mode stores on the cpu backend when not told: on the batch-invariant build, and in the fallback
 # (see above), with the V type that pins the per-row kernel when K is f16.

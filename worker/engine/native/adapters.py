@@ -23,7 +23,7 @@ from worker.engine.config import Lora
 from worker.engine.exactness.tensor_table import NotReadable, header_strings
 from worker.engine.native import llama_log
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import llama_cpp
 from llama_cpp._ctypes_extensions import load_shared_library
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 _DEVICE_TYPES = {0: "cpu", 1: "gpu", 2: "igpu", 3: "accel", 4: "meta"}
 

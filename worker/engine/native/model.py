@@ -17,8 +17,8 @@ from worker.engine.native import llama_log
 from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
 from worker.engine.native.rpc import rpc_devices
-from worker.errors import WorkerError
-from worker.progress import ProgressFn
+from worker.progress_callback import ProgressFn
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

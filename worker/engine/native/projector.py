@@ -26,10 +26,10 @@ import structlog
 from llama_cpp import mtmd_cpp as mtmd
 
 from worker.engine.errors import ImageUnreadable
+from worker.engine.media import MEDIA_MARKER, MediaPrompt, MediaSpan, stand_ins
 from worker.engine.native import llama_log
 from worker.engine.native.model import GGUF_MAGIC, LlamaModel
-from worker.engine.prompt.media import MEDIA_MARKER, MediaPrompt, MediaSpan, stand_ins
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

@@ -10,8 +10,8 @@ import structlog
 
 from worker.engine.config import default_threads
 from worker.engine.native import llama_log
-from worker.errors import WorkerError
-from worker.progress import ProgressFn
+from worker.progress_callback import ProgressFn
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

@@ -15,7 +15,7 @@ import socket
 import structlog
 
 from worker.engine.native.backends import build_info, ggml
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

@@ -9,7 +9,7 @@
   which is what Qwen3-Reranker's head computes. Each document is a prompt-only request of the main scheduler
   (Request.score_tokens): prefilled in exact mode's chunks beside generation, within the prefill budget that keeps
   streams moving (core/scheduler.py), its query prefix copied from the slot that prefilled it first
-  (cache/prefix_cache.py), so its score is bitwise the same whatever runs beside it.
+  (kv/prefix_cache.py), so its score is bitwise the same whatever runs beside it.
 
 A GGUF with a "rerank" chat template (tokenizer.chat_template.rerank, with {query} and {document}: what
 Qwen3-Reranker conversions carry, and what llama-server fills in) gets its prompts from it on either route; a rank

@@ -16,11 +16,11 @@ from typing import ClassVar
 import llama_cpp
 
 from worker.engine.config import EngineConfig
-from worker.engine.core.sequence import Sequence
 from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
+from worker.engine.sequence import Sequence
 from worker.engine.speculative.draft_rule import DraftState, Offer
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 # The prior acceptance of a draft model's tokens (drafts.Acceptance): a draft model of the same family agrees
 # with the target most of the time; each sequence's own drafts correct it.

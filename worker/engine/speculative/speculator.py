@@ -4,7 +4,7 @@ The proposer says what a sequence could draft (prompt lookup: prompt_lookup.py; 
 in draft_rule.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
 sequence's own chain and keeps drafted tokens while they equal what was sampled. Every kept token is the token
 the sequence would have sampled from those logits anyway, so where a row's logits do not depend on the rows
-beside it (the load-time check, exactness/load_check.py) drafts cannot change the text, greedy or seeded.
+beside it (the load-time check, startup/load_check.py) drafts cannot change the text, greedy or seeded.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from __future__ import annotations
 from typing import Protocol
 
 from worker.engine.config import EngineConfig
-from worker.engine.core.sequence import Sequence
 from worker.engine.modes import SpecType
+from worker.engine.sequence import Sequence
 from worker.engine.speculative.draft_rule import (
     Acceptance,
     Candidate,

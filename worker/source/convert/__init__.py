@@ -11,12 +11,12 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.source.convert.architectures import ARCHITECTURES as ARCHITECTURES
     from worker.source.convert.cached import converted_model as converted_model
     from worker.source.convert.folder import is_hf_folder as is_hf_folder
-    from worker.source.convert.progress import ProgressReport as ProgressReport
+    from worker.source.convert.progress_report import ProgressReport as ProgressReport
     from worker.source.convert.types import OUTPUT_TYPES as OUTPUT_TYPES
     from worker.source.convert.types import QUANT_TYPES as QUANT_TYPES
     from worker.source.convert.types import Conversion as Conversion
 
 __getattr__ = exports(__name__, {
     "ARCHITECTURES": "architectures", "Conversion": "types", "converted_model": "cached",
-    "is_hf_folder": "folder", "ProgressReport": "progress", "OUTPUT_TYPES": "types", "QUANT_TYPES": "types",
+    "is_hf_folder": "folder", "ProgressReport": "progress_report", "OUTPUT_TYPES": "types", "QUANT_TYPES": "types",
 })

@@ -15,7 +15,7 @@ from typing import Any
 import gguf
 import numpy as np
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 Config = dict[str, Any]
 _REQUIRED = object()

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import structlog
 
-from worker.progress import ProgressFn
-from worker.source.cache import atomic_path, cache_dir
+from worker.progress_callback import ProgressFn
 from worker.source.convert.folder import input_signature
 from worker.source.convert.types import Conversion
+from worker.user_cache import atomic_path, cache_dir
 
 log = structlog.get_logger(__name__)
 

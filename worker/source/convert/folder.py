@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from worker.errors import WorkerError
 from worker.source.convert.safetensors import INDEX_FILE, TensorInfo, file_signature, read_header, weight_files
+from worker.worker_error import WorkerError
 
 CONFIG_FILE = "config.json"
 # Files that decide the GGUF's vocabulary and metadata: all of them go into the cache key.

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 INDEX_FILE = "model.safetensors.index.json"
 

@@ -15,8 +15,8 @@ from typing import Any
 
 import gguf
 
-from worker.errors import WorkerError
 from worker.source.convert.pretokenizers import CHECK_TEXT, PRE_TOKENIZERS
+from worker.worker_error import WorkerError
 
 _SPACE_MARK = "\u2581"  # SentencePiece's visible space
 

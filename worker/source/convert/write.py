@@ -16,8 +16,7 @@ import gguf
 import numpy as np
 import structlog
 
-from worker.errors import WorkerError
-from worker.progress import ProgressFn
+from worker.progress_callback import ProgressFn
 from worker.source.convert.architectures import (
     IGNORED_PREFIXES,
     IGNORED_SUFFIXES,
@@ -31,6 +30,7 @@ from worker.source.convert.architectures import (
 from worker.source.convert.folder import HfFolder, open_folder
 from worker.source.convert.safetensors import TensorInfo
 from worker.source.convert.vocab import read_vocab, write_vocab
+from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 

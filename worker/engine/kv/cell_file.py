@@ -3,7 +3,7 @@
     magic (8 bytes) | header length (u32 LE) | header (JSON: fingerprint, tokens, exact, bytes) |
     tokens (int32 LE each) | cells (llama_state_seq_get_data's bytes) | sha256 of everything before it
 
-Written to a temp file, fsynced, renamed into place (source/cache.py's atomic_file): a file appears whole or not
+Written to a temp file, fsynced, renamed into place (user_cache.py's atomic_file): a file appears whole or not
 at all. Read back only whole: a file shorter or longer than its header says, one whose checksum differs, or one
 whose fingerprint is not this worker's (fingerprint.py) raises UnusableFile with the reason, and nothing of it loads.
 """
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from worker.engine.cache.fingerprint import Fingerprint
-from worker.engine.cache.host_cache import SavedCells
-from worker.source.cache import atomic_file
+from worker.engine.kv.fingerprint import Fingerprint
+from worker.engine.kv.host_cache import SavedCells
+from worker.user_cache import atomic_file
 
 MAGIC = b"LLMWKV1\n"
 LENGTH = struct.Struct("<I")

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.engine.exactness.load_check import Numerics
 from worker.engine.modes import CacheMode
+from worker.engine.startup.load_check import Numerics
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ import pytest
 
 from tests.conftest import REPO
 from tests.helpers import EXPECTED_CMAKE_ARGS
-from worker.errors import WorkerError
-from worker.presets import load_presets, variant
+from worker.build_presets import load_presets, variant
+from worker.worker_error import WorkerError
 
 
 def test_presets_file_declares_every_variant_with_its_flags():
@@ -39,9 +39,9 @@ def test_unknown_preset_names_the_ones_there_are():
 
 def test_presets_reader_runs_without_the_worker_installed():
     """The shell scripts call it with a bare python3 and PYTHONPATH=repo: standard library only."""
-    result = subprocess.run([sys.executable, "-S", "-m", "worker.presets", "--apt", "run", "openblas"],
+    result = subprocess.run([sys.executable, "-S", "-m", "worker.build_presets", "--apt", "run", "openblas"],
                             capture_output=True, text=True, cwd=REPO, check=True)
     assert result.stdout.split() == ["libgomp1", "libopenblas0-pthread"]
-    flags = subprocess.run([sys.executable, "-S", "-m", "worker.presets", "cpu", "rpc"],
+    flags = subprocess.run([sys.executable, "-S", "-m", "worker.build_presets", "cpu", "rpc"],
                            capture_output=True, text=True, cwd=REPO, check=True)
     assert flags.stdout.strip() == "-DGGML_NATIVE=OFF -DGGML_RPC=ON"

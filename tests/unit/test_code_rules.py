@@ -15,7 +15,7 @@ WORKER = REPO / "worker"
 def test_the_progress_callback_type_is_spelled_once():
     spelled = [path.relative_to(REPO).as_posix() for path in WORKER.rglob("*.py")
                if "Callable[[str, int, int], None]" in path.read_text()]
-    assert spelled == ["worker/progress.py"]
+    assert spelled == ["worker/progress_callback.py"]
 
 
 def test_no_dict_literal_repeats_a_key():

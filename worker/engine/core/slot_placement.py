@@ -3,7 +3,7 @@
 Each slot is a KV stream of its own (native/model.py), and llama.cpp views the streams of one micro-batch as one
 range: it cuts a call's rows into one micro-batch per run of adjacent slots (llama_batch_allocr::split_equal with
 sequential streams), each paying a whole pass over the weights. The steps of one adapter set hold only that set's
-rows (core/turns.py), so a set whose requests sit on slots 0, 2, 4, 6 decodes its 4 rows in 4 passes: on the test
+rows (core/adapter_turns.py), so a set whose requests sit on slots 0, 2, 4, 6 decodes its 4 rows in 4 passes: on the test
 model and 2 cores, 35.6 ms, more than 8 rows on adjacent slots take (34.1 ms), against 24.7 ms for 4 adjacent rows
 (bench/probes/slotruns.py). So while requests under several sets run, a request that reuses little of any slot's
 cells goes next to its own set's slots, or, if none of its set runs, as far as it can from the other sets'.
@@ -11,7 +11,7 @@ cells goes next to its own set's slots, or, if none of its set runs, as far as i
 
 from __future__ import annotations
 
-from worker.engine.cache.prefix_cache import ALIGN
+from worker.engine.kv.prefix_cache import ALIGN
 from worker.engine.requests import AdapterSet
 
 # Reuse worth giving up for an adjacent slot: a prefill of this many tokens costs about what one more micro-batch

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from worker.api.errors import UnknownModel
+from worker.api.error_shapes import UnknownModel
 from worker.api.problems import InvalidRequest, Problem
 from worker.api.state import WorkerState
 

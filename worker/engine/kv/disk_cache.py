@@ -25,9 +25,9 @@ from pathlib import Path
 
 import structlog
 
-from worker.engine.cache import cell_file
-from worker.engine.cache.fingerprint import Fingerprint
-from worker.engine.cache.host_cache import SavedCells
+from worker.engine.kv import cell_file
+from worker.engine.kv.fingerprint import Fingerprint
+from worker.engine.kv.host_cache import SavedCells
 
 log = structlog.get_logger(__name__)
 

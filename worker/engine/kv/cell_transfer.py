@@ -20,8 +20,8 @@ from collections.abc import Callable
 import llama_cpp
 import structlog
 
-from worker.engine.cache.host_cache import MIB, SavedCells
-from worker.engine.cache.prefix_cache import PrefixCache
+from worker.engine.kv.host_cache import MIB, SavedCells
+from worker.engine.kv.prefix_cache import PrefixCache
 from worker.engine.native.model import LlamaModel
 
 log = structlog.get_logger(__name__)

@@ -4,8 +4,8 @@ Everything that compiles llama.cpp asks this module for the flags: `llm-worker
 build-backend`, the Docker build scripts and bench/build_llama_server.sh. It uses the
 standard library only, so a fresh builder (no llama-cpp-python yet) can run it as
 
-    python3 -m worker.presets cpu rpc          # prints CMAKE_ARGS: -DGGML_NATIVE=OFF -DGGML_RPC=ON
-    python3 -m worker.presets --apt run cpu    # prints the Debian packages the build needs at run time
+    python3 -m worker.build_presets cpu rpc          # prints CMAKE_ARGS: -DGGML_NATIVE=OFF -DGGML_RPC=ON
+    python3 -m worker.build_presets --apt run cpu    # prints the Debian packages the build needs at run time
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.errors import WorkerError
+from worker.worker_error import WorkerError
 
 # worker/CMakePresets.json links to the repository's top-level file, so it ships in the package too.
 PRESETS_FILE = Path(__file__).with_name("CMakePresets.json")
@@ -97,7 +97,7 @@ def variant(names: list[str] | tuple[str, ...], path: Path = PRESETS_FILE) -> Va
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m worker.presets", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m worker.build_presets", description=__doc__.splitlines()[0])
     parser.add_argument("--apt", choices=["build", "run"], help="print the Debian packages instead of CMAKE_ARGS")
     parser.add_argument("presets", nargs="+", metavar="PRESET")
     args = parser.parse_args(argv)

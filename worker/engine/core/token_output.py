@@ -10,8 +10,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from worker.engine.core.sequence import Sequence
 from worker.engine.requests import Finished, FinishReason, TokenEvent, TokenLogprob
+from worker.engine.sequence import Sequence
 
 
 class TokenOutput:

@@ -23,7 +23,7 @@ What "reusable" means depends on the mode:
   prompt's last partial chunk, are recomputed. Reuse stops at a multiple of the grid,
   so the chunks after it are aligned too. The grid is ALIGN on the cpu backend, the
   micro-batch on a GPU (core/scheduler.py, chunk_grid). Where the load-time check
-  (exactness/load_check.py) found decode-made cells bitwise equal to prefilled ones,
+  (startup/load_check.py) found decode-made cells bitwise equal to prefilled ones,
   every matching cell, as in fast mode.
 - fast: every matching cell, as llama-server does; greedy text may then differ
   from a cold run.
@@ -39,9 +39,9 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from worker.engine.cache.host_cache import HostCache, SavedCells
+from worker.engine.kv.host_cache import HostCache, SavedCells
+from worker.engine.media import is_media
 from worker.engine.modes import CacheMode
-from worker.engine.prompt.media import is_media
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
@@ -101,12 +101,12 @@ class PrefixCache:
 
     def distrust_moved_cells(self) -> None:
         """The numerics make cells copied to another slot or loaded back from host memory give other logits than
-        where they were made (exactness/load_check.py): exact then reuses a slot's own cells only."""
+        where they were made (startup/load_check.py): exact then reuses a slot's own cells only."""
         if self.mode is CacheMode.EXACT:
             self.moves = False
 
     def trust_decoded_cells(self) -> None:
-        """The numerics make answers' cells bitwise what prefill makes (exactness/load_check.py): exact may reuse
+        """The numerics make answers' cells bitwise what prefill makes (startup/load_check.py): exact may reuse
         them all."""
         if self.mode is CacheMode.EXACT:
             self.every_cell = True

@@ -1,7 +1,7 @@
 """Reasoning budgets as each API asks for them -> the sampling's reasoning_budget (tokens of thinking).
 
 The engine ends a thinking model's reasoning after that many tokens by writing the end-of-thinking marker for it
-(worker/engine/output/token_output.py); the answer follows. OpenAI's reasoning effort names a budget from
+(worker/engine/core/token_output.py); the answer follows. OpenAI's reasoning effort names a budget from
 EFFORT_BUDGETS,
 Anthropic's thinking gives one in budget_tokens (at least ANTHROPIC_MIN_BUDGET, below max_tokens, as Anthropic's
 rules say), and the llama.cpp-style extension `reasoning_budget` gives one directly; unset, the models.toml

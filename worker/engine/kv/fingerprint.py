@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from worker.engine.exactness.build_choice import loaded_build, loaded_library
-from worker.source.cache import content_sha256
+from worker.user_cache import content_sha256
 
 if TYPE_CHECKING:  # free of llama_cpp, as SchedulerStats' import of the disk cache's counters needs
     from worker.engine.native.model import LlamaModel
