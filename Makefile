@@ -2,7 +2,7 @@
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install, fetch the test model, run every test but the slow ones
 #   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
-#   make lint    ruff and mypy (their rules: pyproject.toml); make test runs it first
+#   make lint    ruff, mypy and import-linter (their rules: pyproject.toml); make test runs it first
 #   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after make test
@@ -38,6 +38,7 @@ serve: install
 lint: $(BIN)/llm-worker
 	$(BIN)/ruff check worker tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 test: install lint
 	$(BIN)/python -m pytest -q

@@ -46,7 +46,7 @@ from bench.config import (
 from bench.prompts import PromptFactory
 from bench.report import environment, machine_line, publish, pyplot, ratio, save_chart
 from bench.servers import running_server
-from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
+from worker.engine import LIB_PATH_ENV, default_dir
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
 QUESTIONS = [

@@ -79,8 +79,7 @@ def setup_ms(model: Path, repeats: int = 20) -> dict[str, float]:
     """Median ms of each grammar setup step for SCHEMA, on the model's vocab, as the worker runs them."""
     import llama_cpp
 
-    from worker.engine.constraints.grammar import GrammarSampler, grammar_problem
-    from worker.engine.constraints.json_schema import schema_grammar
+    from worker.engine import GrammarSampler, grammar_problem, schema_grammar
 
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True

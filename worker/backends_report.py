@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 from worker.build_presets import load_presets
-from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR, batch_invariant_installed
-from worker.engine.native.backends import ASSISTING_BACKENDS, BuildInfo
+from worker.engine import ASSISTING_BACKENDS, BATCH_INVARIANT_DIR, BuildInfo, batch_invariant_installed
 
 GIB = 1024 ** 3
 # libggml-*.so that are not a GPU backend.

@@ -14,7 +14,7 @@ import click
 
 from worker import __version__
 from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
-from worker.engine.config import DRAFT_MAX
+from worker.engine import DRAFT_MAX
 from worker.fields import MAX_DRAFT
 from worker.logs import configure as configure_logs
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
@@ -335,7 +335,7 @@ def models(models_file: Path | None) -> None:
 def backends(as_json: bool) -> None:
     """What the installed llama.cpp build supports: GPU offload, BLAS, RPC, backends and devices."""
     from worker import backends_report
-    from worker.engine.native.backends import build_info
+    from worker.engine import build_info
 
     info = build_info()
     click.echo(backends_report.as_json(info) if as_json else backends_report.render(info))
@@ -391,13 +391,18 @@ def convert(src: Path, output: Path | None, convert_type: str, quantize: str | N
     """
     import shutil
 
-    from worker.source.convert import Conversion, ProgressReport, converted_model, is_hf_folder
+    from worker.source.convert import Conversion, ProgressReport, Quantizer, converted_model, is_hf_folder
     from worker.user_cache import atomic_path
 
     configure_logs(log_format, log_level)
     if not is_hf_folder(src):
         raise WorkerError(f"{src} has no config.json; pass a Hugging Face model folder")
-    path = converted_model(src, Conversion(convert_type, quantize), ProgressReport())
+    quantizer: Quantizer | None = None
+    if quantize is not None:  # llama.cpp's quantizer: the one use of llama.cpp a conversion makes
+        from worker.engine import quantize_model
+
+        quantizer = quantize_model
+    path = converted_model(src, Conversion(convert_type, quantize, quantizer), ProgressReport())
     if output is not None:
         with atomic_path(output) as tmp:
             shutil.copyfile(path, tmp)

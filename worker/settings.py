@@ -7,9 +7,15 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.engine.config import EngineConfig, default_batch_size, default_ubatch_size
-from worker.engine.exactness.build_choice import expects_batch_invariant
-from worker.engine.modes import CacheMode, SpecType
+from worker.engine import (
+    CacheMode,
+    EngineConfig,
+    SpecType,
+    config_attention,
+    default_batch_size,
+    default_ubatch_size,
+    expects_batch_invariant,
+)
 from worker.logs import default_format
 from worker.source.projector import projector_source
 from worker.source.sources import ProjectorSource
@@ -96,7 +102,7 @@ def settings_from_flags(flags: dict) -> Settings:
     engine_fields.update(kv_dir_fields(flags))
     engine = EngineConfig(backend=backend, **engine_fields)
     # flags that would break exact mode's promise stop here, before any model (or hub projector) is fetched
-    engine.attention(batch_invariant=expects_batch_invariant(engine, projector=bool(flags["mmproj"])))
+    config_attention(engine, batch_invariant=expects_batch_invariant(engine, projector=bool(flags["mmproj"])))
     return Settings(
         model=flags["model"],
         model_ref=flags["model_ref"],

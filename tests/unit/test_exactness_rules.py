@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from worker.engine.config import EngineConfig
-from worker.engine.exactness.kv_plan import Attention, plan_attention
+from worker.engine.exactness.kv_plan import Attention, config_attention, plan_attention
 from worker.engine.exactness.tensor_table import weight_product_types
 from worker.engine.modes import CacheMode, SpecType
 from worker.worker_error import WorkerError
@@ -67,7 +67,7 @@ def test_a_mode_given_by_its_name_is_that_mode():
     """The engine tells modes apart by identity: a config built with the name "fast" must not run as exact."""
     config = EngineConfig(prefix_cache="fast", spec_type="ngram")
     assert config.prefix_cache is FAST and config.spec_type is SpecType.NGRAM
-    assert config.attention() == Attention("auto", "f16", "f16", pinned=False)
+    assert config_attention(config) == Attention("auto", "f16", "f16", pinned=False)
     with pytest.raises(ValueError):
         EngineConfig(prefix_cache="fastest")
 

@@ -38,7 +38,7 @@ async def test_items_from_another_thread_arrive_in_order_on_the_loops_thread() -
 
 
 async def test_made_off_the_loops_thread_and_posted_before_it_listens() -> None:
-    """Engine.load runs in an executor: the reader is registered later, on the loop's thread."""
+    """load_model runs in an executor: the reader is registered later, on the loop's thread."""
     loop = asyncio.get_running_loop()
     got: list[str] = []
     made: list[Handoff[str]] = []

@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.api.problems import Reader, integral
-from worker.engine.config import Lora
-from worker.engine.requests import AdapterSet
+from worker.engine import AdapterSet, Lora
 
 FLOAT32_MAX = 3.4028234663852886e38  # a scale llama.cpp holds as a float
 

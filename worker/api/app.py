@@ -29,10 +29,10 @@ async def request_id_middleware(request: web.Request, handler: Handler) -> web.S
 
 
 async def openapi_json(request: web.Request) -> web.Response:
-    engine = request.app[WORKER].engine
-    if engine is None:
+    served = request.app[WORKER].served
+    if served is None:
         return web.json_response(openapi.document())
-    return web.json_response(openapi.document(engine.n_vocab, len(engine.loras)))
+    return web.json_response(openapi.document(served.facts.n_vocab, len(served.facts.loras)))
 
 
 def build_app(worker: WorkerState) -> web.Application:

@@ -23,13 +23,11 @@ from worker.api.tools.formats import ToolFormat, detect
 from worker.api.tools.grammar import call_grammar
 from worker.api.tools.prompt import template_messages
 from worker.api.tools.request import Tools
-from worker.engine import ChatPrompt, SamplingParams
-from worker.engine.constraints.json_schema import SchemaProblem
-from worker.engine.requests import GrammarTrigger
+from worker.engine import ChatPrompt, GrammarTrigger, SamplingParams, SchemaProblem
 from worker.settings import MediaSettings
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
+    from worker.engine import ServedModel
 
 log = structlog.get_logger(__name__)
 
@@ -41,46 +39,46 @@ class Turn:
     answers: Answers = PlainText
 
 
-def chat_text(engine: Engine, chat: ChatRequest) -> str:
+def chat_text(served: ServedModel, chat: ChatRequest) -> str:
     """The prompt's text: the history and the tools on offer as the template's tool-call format shows them."""
-    template, tools = engine.chat.source, chat.tools
+    template, tools = served.prompts.template_source, chat.tools
     messages = template_messages(chat.messages, detect(template), template, tools)
     offered = [f.as_tool() for f in tools.functions] if tools is not None else None
-    return engine.chat_text(messages, chat.template_kwargs, chat.prefill, offered)
+    return served.prompts.chat_text(messages, chat.template_kwargs, chat.prefill, offered)
 
 
-def chat_turn(engine: Engine, chat: ChatRequest, images: tuple[ImageInput, ...]) -> Turn:
+def chat_turn(served: ServedModel, chat: ChatRequest, images: tuple[ImageInput, ...]) -> Turn:
     """`images`: the chat's images, each read (its links too)."""
-    tools, fmt = chat.tools, detect(engine.chat.source)
-    prompt = engine.chat_prompt(chat_text(engine, chat), decoded_images(engine, images) if images else None)
+    tools, fmt = chat.tools, detect(served.prompts.template_source)
+    prompt = served.prompts.chat_prompt(chat_text(served, chat), decoded_images(served, images) if images else None)
     if images:
-        check_images_fit(engine, prompt, len(images))
+        check_images_fit(served, prompt, len(images))
     if tools is None:
         return Turn(prompt, chat.generation)
     log.debug("tools", format=fmt.name, functions=len(tools.functions), forced=tools.forced, only=tools.only)
     sampling = chat.generation.sampling
     if tools.forced:
         grammar = call_grammar(fmt, tools)
-        if (why := engine.grammar_problem(grammar)) is not None:  # the converter wrote GBNF llama.cpp refuses
+        if (why := served.prompts.grammar_problem(grammar)) is not None:  # the converter wrote GBNF llama.cpp refuses
             raise InvalidRequest([Problem("tools", "functions whose call grammar llama.cpp parses",
                                           f"tools: llama.cpp cannot use the grammar of a call: {why[:300]}")])
         sampling = replace(sampling, grammar=grammar)
     elif sampling.grammar is None:  # beside a request's own grammar, a call happens only where that allows one
-        sampling = _lazy_calls(engine, fmt, tools, sampling, chat.prefill)
+        sampling = _lazy_calls(served, fmt, tools, sampling, chat.prefill)
     return Turn(prompt, replace(chat.generation, sampling=sampling), partial(CallStream, fmt.syntax))
 
 
-async def prepared_turn(engine: Engine, chat: ChatRequest, media: MediaSettings) -> Turn:
+async def prepared_turn(served: ServedModel, chat: ChatRequest, media: MediaSettings) -> Turn:
     """chat_turn, its image links read first (on the event loop: the engine never waits on a network), and on a
     worker thread when the turn has images: decoding them (stb_image) and resizing them (mtmd) would otherwise hold
     the event loop, and with it every running stream's next piece. libmtmd's decoding and tokenizing may run beside
     the engine thread's encoding, as llama-server runs them on its HTTP threads."""
     if chat.images:
-        return await asyncio.to_thread(chat_turn, engine, chat, await read_links(chat.images, media))
-    return chat_turn(engine, chat, ())
+        return await asyncio.to_thread(chat_turn, served, chat, await read_links(chat.images, media))
+    return chat_turn(served, chat, ())
 
 
-def _lazy_calls(engine: Engine, fmt: ToolFormat, tools: Tools, sampling: SamplingParams,
+def _lazy_calls(served: ServedModel, fmt: ToolFormat, tools: Tools, sampling: SamplingParams,
                 prefill: str) -> SamplingParams:
     """tool_choice auto: the answer is free, and a call it opens is constrained from its opening on.
 
@@ -94,7 +92,7 @@ def _lazy_calls(engine: Engine, fmt: ToolFormat, tools: Tools, sampling: Samplin
         log.info("tool_call_grammar_skipped", why="; ".join(f"{where or 'parameters'}: {message}"
                                                              for where, message in refused.problems)[:300])
         return sampling
-    if (why := engine.grammar_problem(grammar)) is not None:
+    if (why := served.prompts.grammar_problem(grammar)) is not None:
         log.warning("tool_call_grammar_skipped", why=why[:300])
         return sampling
     return replace(sampling, grammar=grammar, grammar_trigger=GrammarTrigger(fmt.trigger, fmt.trigger_first))

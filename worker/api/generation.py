@@ -22,12 +22,12 @@ def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generat
                     model: str | None = None) -> list[Request]:
     """One engine request per choice; choice i samples with seed + i, so every choice is repeatable. `model`: the
     name the request gave, which may be a LoRA adapter's (api/adapters.py)."""
-    engine = worker.require_engine()
+    served = worker.require_served()
     prompt_tokens = prompt.tokens
     # No max_tokens: generate up to the end of this sequence's context.
     max_tokens = generation.max_tokens
     if max_tokens is None:
-        max_tokens = max(1, engine.n_ctx_seq - len(prompt_tokens))
+        max_tokens = max(1, served.facts.n_ctx_seq - len(prompt_tokens))
     seed = generation.sampling.seed
     adapters = worker.adapters.resolve(generation.lora, model)
     return [Request(prompt_tokens, max_tokens,
@@ -137,7 +137,7 @@ async def generating(worker: WorkerState, choices: list[Request]) -> AsyncIterat
     """Raises the engine's up-front refusals (context, queue) before yielding."""
     started = time.monotonic()
     handles = [TrackedHandle(handle, worker.metrics, started)
-               for handle in worker.require_engine().submit_choices(choices)]
+               for handle in worker.require_served().engine.submit_choices(choices)]
     try:
         yield handles
     finally:

@@ -9,26 +9,24 @@ import structlog
 
 from worker.api.images import ImageInput
 from worker.api.problems import InvalidRequest, Problem
-from worker.engine import ChatPrompt
-from worker.engine.errors import ImageUnreadable
+from worker.engine import ChatPrompt, ImageUnreadable
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
-    from worker.engine.native.projector import Bitmap
+    from worker.engine import Bitmap, ServedModel
 
 log = structlog.get_logger(__name__)  # its lines carry the request id (api/app.py binds it)
 
 
-def decoded_images(engine: Engine, images: tuple[ImageInput, ...]) -> list[Bitmap]:
+def decoded_images(served: ServedModel, images: tuple[ImageInput, ...]) -> list[Bitmap]:
     """Each image's pixels (hashed for the prefix cache); InvalidRequest listing every image that cannot be had."""
-    if engine.projector is None:
+    if not served.prompts.reads_images:
         raise InvalidRequest([Problem(image.field, "a model with a projector", f"{image.field}: this worker serves "
                                       "its model for text only; start it with --mmproj PATH (the model's projector, "
                                       "mmproj-*.gguf) to send images") for image in images])
     bitmaps, problems = [], []
     for image in images:
         try:
-            bitmaps.append(engine.decode_image(image.data))
+            bitmaps.append(served.prompts.decode_image(image.data))
         except ImageUnreadable as why:
             problems.append(Problem(image.field, "a decodable image", f"{image.field}: {why} ({image.width} x "
                                     f"{image.height} by its header, {len(image.data)} bytes)"))
@@ -37,10 +35,10 @@ def decoded_images(engine: Engine, images: tuple[ImageInput, ...]) -> list[Bitma
     return bitmaps
 
 
-def check_images_fit(engine: Engine, prompt: ChatPrompt, n_images: int) -> None:
+def check_images_fit(served: ServedModel, prompt: ChatPrompt, n_images: int) -> None:
     """A prompt with images must leave a sequence's context room for one generated token; if it does not, the
     message counts what the images take, which a client cannot know before the projector has sized them."""
-    n_ctx_seq = engine.n_ctx_seq
+    n_ctx_seq = served.facts.n_ctx_seq
     image_tokens = sum(span.n_tokens for span in prompt.media)
     log.info("images_read", images=n_images, image_tokens=image_tokens, prompt_tokens=len(prompt.tokens))
     if len(prompt.tokens) < n_ctx_seq:

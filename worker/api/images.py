@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.api.problems import Reader
-from worker.engine.media import MEDIA_MARKER
+from worker.engine import MEDIA_MARKER
 from worker.settings import MediaSettings
 
 FORMATS = "PNG, JPEG, GIF or BMP"

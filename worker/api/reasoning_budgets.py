@@ -17,7 +17,7 @@ from worker.api.problems import Reader
 from worker.engine import SamplingParams
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
+    from worker.engine import ServedModel
 
 # OpenAI's effort levels as thinking budgets, in tokens: none answers at once; the others roughly double the
 # thinking a step, from what a quick check needs to what a hard problem does.
@@ -27,10 +27,10 @@ THINKING_TYPES = ("enabled", "disabled", "adaptive")
 _EFFORTS = ", ".join(EFFORT_BUDGETS)
 
 
-def thinks(engine: Engine) -> bool:
-    """The model's replies are split into reasoning and answer (Engine.chat_prompt's condition), so a budget
+def thinks(served: ServedModel) -> bool:
+    """The model's replies are split into reasoning and answer (Prompts.chat_prompt's condition), so a budget
     can end the reasoning."""
-    return engine.chat.thinks and engine.model.config.reasoning_format == "deepseek"
+    return served.prompts.splits_reasoning
 
 
 def effort_budget(r: Reader, sampling: SamplingParams) -> SamplingParams:

@@ -46,5 +46,5 @@ def served_model(worker: WorkerState, requested: str | None) -> str:
 def admitted(worker: WorkerState, request: Prompted) -> str:
     """The shared preamble of a generation: its prompt fits a sequence's context, and its model is this worker's.
     Returns the model id the answer names."""
-    check_prompt_size(*request.prompt_chars(), worker.require_engine().n_ctx_seq)
+    check_prompt_size(*request.prompt_chars(), worker.require_served().facts.n_ctx_seq)
     return served_model(worker, request.model)

@@ -1,4 +1,4 @@
-"""What the HTTP side knows about the worker: its phase, its engine, its running jobs."""
+"""What the HTTP side knows about the worker: its phase, its served model, its running jobs."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from worker.engine import SamplingParams
 from worker.settings import Settings
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
+    from worker.engine import ServedModel
 
 
 class Phase(str, enum.Enum):
@@ -36,32 +36,43 @@ class WorkerState:
     settings: Settings
     model_id: str
     phase: Phase = Phase.LOADING
-    engine: Engine | None = None
+    served: ServedModel | None = None
     sampling: SamplingParams = field(default_factory=SamplingParams)  # the model's defaults under each request
     jobs: dict[str, Callable[[], None]] = field(default_factory=dict)  # pool-manager job_id -> its cancel()
     progress: LoadingProgress | None = None
-    adapters: Adapters = field(default_factory=lambda: Adapters((), []))  # --lora's, once the engine is loaded
+    adapters: Adapters = field(default_factory=lambda: Adapters((), []))  # --lora's, once the model is loaded
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(lambda: self.engine.stats() if self.engine is not None else None)
+        self.metrics = Metrics(lambda: self.served.stats() if self.served is not None else None)
 
-    def require_engine(self) -> Engine:
-        if self.phase is not Phase.READY or self.engine is None:
+    def require_served(self) -> ServedModel:
+        if self.phase is not Phase.READY or self.served is None:
             raise NotReady(f"the worker is {self.phase.value}")
-        return self.engine
+        return self.served
 
     @property
     def state(self) -> str:
         """The contract's /v1/ready state: loading | idle | busy | draining | error."""
-        if self.phase is not Phase.READY or self.engine is None:
+        if self.phase is not Phase.READY or self.served is None:
             return self.phase.value
-        stats = self.engine.stats()
+        stats = self.served.stats()
         return "busy" if stats.running or stats.waiting else "idle"
 
-    def intake(self, engine: Engine) -> MediaIntake:
+    def vram_bytes(self) -> int:
+        """The one rule /health, the ready callback and the /execute metrics event all report."""
+        return self.served.facts.device_bytes if self.served is not None else 0
+
+    def cache_ram(self) -> dict[str, int]:
+        """Host memory for KV cells pushed out of slots: its bound (--cache-ram) and what it holds now, as /health
+        and the ready callback report them (several workers share a machine's memory under a pool manager)."""
+        stats = self.served.stats() if self.served is not None else None
+        return {"cache_ram_limit_bytes": stats.cache_ram_limit_bytes if stats else 0,
+                "cache_ram_bytes": stats.cache_ram_bytes if stats else 0}
+
+    def intake(self, served: ServedModel) -> MediaIntake:
         """What a request's content may hold here: the --media-* settings and the loaded model's inputs."""
-        return MediaIntake(self.settings.media, engine.input_modalities)
+        return MediaIntake(self.settings.media, served.prompts.input_modalities)
 
     def accepts_model(self, name: str | None) -> bool:
         return name in (None, "", self.model_id, self.settings.model) or self.adapters.named(name) is not None

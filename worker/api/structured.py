@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from worker.api.problems import Reader
-from worker.engine.constraints.json_schema import SchemaProblem, object_grammar, schema_grammar
+from worker.engine import SchemaProblem, object_grammar, schema_grammar
 
 # Engine.grammar_problem: why llama.cpp refuses a grammar, or None. Passing no check skips it (no engine).
 GrammarCheck = Callable[[str], str | None]

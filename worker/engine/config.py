@@ -10,7 +10,6 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from worker.engine.exactness.kv_plan import Attention, plan_attention
 from worker.engine.modes import CacheMode, SpecType
 
 # --ubatch-size on the cpu backend. Its compute buffer, in RAM there, grows with the micro-batch (the attention
@@ -108,9 +107,3 @@ class EngineConfig:
         if self.spec_type is SpecType.AUTO:
             return SpecType.NGRAM if self.rows_kept_apart else SpecType.NONE
         return self.spec_type
-
-    def attention(self, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
-        """Flash attention and the KV cells' types for this mode and backend, and whether ggml's batch-invariant
-        switch is on (exactness/kv_plan.py; WorkerError for flags that clash)."""
-        return plan_attention(self.backend, bool(self.rpc_servers), self.prefix_cache, self.flash_attn,
-                              self.cache_type_k, self.cache_type_v, head_size, batch_invariant)

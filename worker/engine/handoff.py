@@ -35,7 +35,7 @@ class Handoff(Generic[Item]):
         os.set_blocking(self._read_fd, False)
         # A full pipe (the loop has not run for 64 KiB of wake-ups) fails the write with EAGAIN: one is pending anyway.
         os.set_blocking(self._write_fd, False)
-        # add_reader belongs to the loop's thread; this may run on another (Engine.load runs in an executor).
+        # add_reader belongs to the loop's thread; this may run on another (load_model runs in an executor).
         loop.call_soon_threadsafe(loop.add_reader, self._read_fd, self._drain)
 
     def post(self, item: Item) -> None:

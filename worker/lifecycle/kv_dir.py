@@ -10,20 +10,20 @@ from typing import TYPE_CHECKING
 import structlog
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
+    from worker.engine import ServedModel
 
 log = structlog.get_logger(__name__)
 
 
-async def persist(engine: Engine) -> None:
+async def persist(served: ServedModel) -> None:
     """One write; a failure (a full disk, a folder gone) is logged, never fatal: the cells are only a head start."""
     try:
-        await engine.persist()
+        await served.cells.persist()
     except (OSError, MemoryError) as exc:
         log.warning("kv_dir_write_failed", reason=str(exc) or type(exc).__name__)
 
 
-async def persist_every(engine: Engine, interval: float) -> None:
+async def persist_every(served: ServedModel, interval: float) -> None:
     while True:
         await asyncio.sleep(interval)
-        await persist(engine)
+        await persist(served)

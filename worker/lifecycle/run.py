@@ -6,6 +6,7 @@ import asyncio
 import os
 import signal
 from dataclasses import replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -15,12 +16,10 @@ from worker.api import Phase, WorkerState, build_app
 from worker.api.adapters import Adapters
 from worker.api.generation_fields import sampling_defaults
 from worker.api.loading_progress import LoadingProgress
-from worker.api.orch.route import cache_ram, vram_bytes
-from worker.engine import SamplingParams
-from worker.engine.config import Lora
-from worker.engine.exactness.build_choice import choose_library, load_library
+from worker.engine import Lora, SamplingParams, choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
+from worker.progress_callback import ProgressFn
 from worker.settings import LoraRef, Settings
 from worker.source import ResolvedModel, load_registry
 from worker.source.convert import Conversion, ProgressReport
@@ -30,7 +29,7 @@ from worker.source.resolve import as_gguf, fetch_model
 from worker.worker_error import WorkerError
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
+    from worker.engine import ServedModel
 
 log = structlog.get_logger(__name__)
 
@@ -54,8 +53,16 @@ def _fetch_loras(refs: tuple[LoraRef, ...], registry: Registry, model_id: str) -
     return tuple(loras)
 
 
+def _quantize(source: Path, target: Path, ftype: str, progress: ProgressFn | None) -> None:
+    """llama.cpp's quantizer, imported only once a conversion quantizes: before that, the worker must not load
+    llama_cpp, whose build it chooses once the model is known."""
+    from worker.engine import quantize_model
+
+    quantize_model(source, target, ftype, progress)
+
+
 def _load(settings: Settings, progress: LoadingProgress,
-          loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, SamplingParams, Engine]:
+          loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, SamplingParams, ServedModel]:
     progress.report("download", 0, 1)
     registry = load_registry(*([settings.models_file] if settings.models_file else []))
     log_progress = ProgressReport()
@@ -68,7 +75,7 @@ def _load(settings: Settings, progress: LoadingProgress,
     projector = settings.mmproj or fetched.defaults.mmproj  # the flag wins over the models.toml entry's
     mmproj = fetch_projector(projector, fetched.path) if projector else None
     progress.report("download", 1, 1)
-    model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize), report)
+    model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize, _quantize), report)
     # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
     sampling = sampling_defaults(model.defaults.sampling)
     config = settings.engine
@@ -80,11 +87,11 @@ def _load(settings: Settings, progress: LoadingProgress,
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
                                                     reason=library.reason)
     # The first import of llama_cpp, which loads the library just chosen.
-    from worker.engine.engine import Engine
+    from worker.engine import load_model
 
-    engine = Engine.load(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
-                         template_kwargs=model.defaults.chat_template_kwargs)
-    return model, sampling, engine
+    served = load_model(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
+                        template_kwargs=model.defaults.chat_template_kwargs)
+    return model, sampling, served
 
 
 class WorkerLife:
@@ -118,24 +125,24 @@ class WorkerLife:
             self.loop.add_signal_handler(sig, self._on_signal)
         tasks: list[asyncio.Task] = []
         try:
-            engine = await self._load()
-            if engine is None:
+            served = await self._load()
+            if served is None:
                 return
-            tasks = self._announce(engine)
+            tasks = self._announce(served)
             await self.stop.wait()
-            await self._drain(engine)
-            await persist(engine)  # what the replacement starts with (--kv-dir)
+            await self._drain(served)
+            await persist(served)  # what the replacement starts with (--kv-dir)
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if self.worker.engine is not None:
-                await self.loop.run_in_executor(None, self.worker.engine.shutdown)
+            if self.worker.served is not None:
+                await self.loop.run_in_executor(None, self.worker.served.shutdown)
             await self._final_heartbeat()
             await self.runner.cleanup()
 
-    async def _load(self) -> Engine | None:
-        """Load and warm up while serving /health 503: the engine, or None if a signal came first."""
+    async def _load(self) -> ServedModel | None:
+        """Load and warm up while serving /health 503: the served model, or None if a signal came first."""
         loading = self.loop.run_in_executor(None, _load, self.settings, self.progress, self.loop)
         stopping = asyncio.ensure_future(self.stop.wait())
         waiting: list[asyncio.Future[Any]] = [loading, stopping]
@@ -145,40 +152,40 @@ class WorkerLife:
             log.info("stopped_while_loading")
             return None
         try:
-            model, sampling, engine = loading.result()
+            model, sampling, served = loading.result()
         except Exception:
             self.worker.phase = Phase.ERROR
             raise  # a WorkerError ends serve with its one line
         finally:
             self.progress.finish()
-        self.worker.model_id, self.worker.sampling, self.worker.engine = model.model_id, sampling, engine
-        self.worker.adapters = Adapters.loaded(engine.loras, self.settings.lora_init_without_apply)
+        self.worker.model_id, self.worker.sampling, self.worker.served = model.model_id, sampling, served
+        self.worker.adapters = Adapters.loaded(served.facts.loras, self.settings.lora_init_without_apply)
         self.worker.phase = Phase.READY
         log.info("ready", url=self.url, model=model.model_id, path=str(model.path))
-        return engine
+        return served
 
-    def _announce(self, engine: Engine) -> list[asyncio.Task]:
+    def _announce(self, served: ServedModel) -> list[asyncio.Task]:
         settings = self.settings
         tasks: list[asyncio.Task] = []
         if settings.callback_url:
-            ready = post_ready(settings.callback_url, self._ready_body(engine), settings.callback_timeout)
+            ready = post_ready(settings.callback_url, self._ready_body(served), settings.callback_timeout)
             tasks.append(asyncio.ensure_future(ready))
         if settings.heartbeat_url:
             tasks.append(asyncio.ensure_future(
                 heartbeat_loop(settings.heartbeat_url, settings.heartbeat_interval, self._heartbeat_body)))
         if settings.engine.kv_dir is not None and settings.kv_dir_interval > 0:
-            tasks.append(asyncio.ensure_future(persist_every(engine, settings.kv_dir_interval)))
+            tasks.append(asyncio.ensure_future(persist_every(served, settings.kv_dir_interval)))
         return tasks
 
-    def _ready_body(self, engine: Engine) -> dict:
+    def _ready_body(self, served: ServedModel) -> dict:
         settings = self.settings
         return {
             "worker_id": settings.worker_id, "url": self.url, "uri": self.url,
             "model_ref": settings.model_ref or self.worker.model_id,
             "backend": settings.engine.backend, "device": settings.engine.device,
-            "vram_bytes": vram_bytes(self.worker),
-            "memory_bytes": engine.size_bytes,
-            **cache_ram(self.worker),
+            "vram_bytes": self.worker.vram_bytes(),
+            "memory_bytes": served.facts.size_bytes,
+            **self.worker.cache_ram(),
         }
 
     def _heartbeat_body(self) -> dict:
@@ -187,20 +194,20 @@ class WorkerLife:
         return heartbeat_body(self.settings.worker_id, self.worker.model_id, self.settings.engine.device, self.port,
                               status)
 
-    async def _drain(self, engine: Engine) -> None:
+    async def _drain(self, served: ServedModel) -> None:
         """Refuse new work (503), let admitted requests finish up to --drain-timeout, then cancel the rest."""
         self.worker.phase = Phase.DRAINING
         deadline = self.loop.time() + self.settings.drain_timeout
-        stats = engine.stats()
+        stats = served.stats()
         log.info("draining", running=stats.running, waiting=stats.waiting, timeout_s=self.settings.drain_timeout)
         while (stats.running or stats.waiting) and self.loop.time() < deadline:
             await asyncio.sleep(DRAIN_POLL_S)
-            stats = engine.stats()
+            stats = served.stats()
         if stats.running or stats.waiting:
             log.warning("drain_timeout_cancelling", running=stats.running, waiting=stats.waiting)
 
     async def _final_heartbeat(self) -> None:
-        if self.settings.heartbeat_url and self.worker.engine is not None:
+        if self.settings.heartbeat_url and self.worker.served is not None:
             await final_heartbeat(self.settings.heartbeat_url, self._heartbeat_body())
 
 
@@ -210,8 +217,7 @@ async def serve(settings: Settings) -> None:
         # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
         # one such a model gets; a cpu-only model's is chosen once the model is known
         # (engine/exactness/build_choice.py), and every build has the cpu backend.
-        from worker.engine.native.backends import require_backend
-        from worker.engine.native.rpc import check_rpc
+        from worker.engine import check_rpc, require_backend
 
         require_backend(config.backend, config.device)
         check_rpc(config.rpc_servers)

@@ -20,8 +20,7 @@ from worker.api.images import NO_FETCH, ImageInput, image_from_base64, without_m
 from worker.api.problems import Reader
 from worker.api.reasoning_budgets import thinking_budget
 from worker.api.structured import GrammarCheck
-from worker.engine import SamplingParams
-from worker.engine.media import MEDIA_MARKER
+from worker.engine import MEDIA_MARKER, SamplingParams
 from worker.fields import ANTHROPIC_SAMPLING
 from worker.settings import MediaSettings
 

@@ -73,11 +73,11 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, m
 async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatRequest, Turn]:
     """The request read and run up to its prompt: as /v1/messages would generate from it."""
     worker = request.app[WORKER]
-    engine = worker.require_engine()
-    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem, counting,
-                          thinks(engine), len(engine.loras), worker.settings.media)
+    served = worker.require_served()
+    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, served.prompts.grammar_problem,
+                          counting, thinks(served), len(served.facts.loras), worker.settings.media)
     admitted(worker, chat)
-    return chat, await prepared_turn(engine, chat, worker.settings.media)
+    return chat, await prepared_turn(served, chat, worker.settings.media)
 
 
 @routes.post("/v1/messages/count_tokens")

@@ -17,7 +17,7 @@ log = structlog.get_logger("worker.request")
 @routes.get("/lora-adapters")
 async def list_adapters(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    worker.require_engine()
+    worker.require_served()
     adapters = worker.adapters
     return web.json_response([{"id": i, "path": str(lora.path), "scale": adapters.scales[i], "name": lora.name}
                               for i, lora in enumerate(adapters.loras)])
@@ -28,7 +28,7 @@ async def set_scales(request: web.Request) -> web.Response:
     """[{id, scale}]: the listed adapters at their scales, every other one at 0 (as llama-server does); requests
     already running keep the adapters they started with."""
     worker = request.app[WORKER]
-    worker.require_engine()
+    worker.require_served()
     adapters = worker.adapters
     r = Reader({})
     scales = read_scales(r, "body", parse_json(await request.read()), len(adapters.loras))

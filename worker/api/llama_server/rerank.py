@@ -18,8 +18,7 @@ from worker.api.error_shapes import Failure, Family, pooled_failure, response
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.request_checks import served_model
 from worker.api.state import WORKER
-from worker.engine import EmbeddingFailed
-from worker.engine.pooling.rerank import RANK_HEAD
+from worker.engine import RANK_HEAD, EmbeddingFailed
 
 routes = web.RouteTableDef()
 log = structlog.get_logger("worker.request")
@@ -87,8 +86,8 @@ def _too_long(lengths: list[int], limit: int, where: str) -> InvalidRequest:
 
 async def rerank(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    engine = worker.require_engine()
-    reranker = engine.reranker
+    served = worker.require_served()
+    reranker = served.pooled.reranker
     if reranker is None:
         return response(NO_RERANK, Family.OPENAI)
     parsed = parse_rerank(parse_json_object(await request.read()))
@@ -98,7 +97,7 @@ async def rerank(request: web.Request) -> web.Response:
     model = served_model(worker, parsed.model)
     started = time.monotonic()
     # Off the event loop: a thousand documents keep the tokenizer (and the chat template) busy.
-    prompts = await asyncio.to_thread(lambda: [engine.rerank_tokens(reranker, parsed.query, document)
+    prompts = await asyncio.to_thread(lambda: [served.pooled.rerank_tokens(reranker, parsed.query, document)
                                                for document in parsed.documents])
     lengths = [len(prompt) for prompt in prompts]
     if max(lengths) > reranker.limit:
@@ -106,7 +105,7 @@ async def rerank(request: web.Request) -> web.Response:
                  else "a slot's context (--ctx-size / --parallel)")
         raise _too_long(lengths, reranker.limit, where)
     try:
-        scores = await asyncio.wait_for(engine.rerank(reranker, prompts, request["request_id"]),
+        scores = await asyncio.wait_for(served.pooled.rerank(reranker, prompts, request["request_id"]),
                                         worker.settings.request_timeout)
     except (EmbeddingFailed, asyncio.TimeoutError) as exc:
         log.warning("rerank_failed", documents=len(prompts), message=str(exc) or "timeout")

@@ -44,7 +44,7 @@ def _token_ids(r: Reader, n_vocab: int) -> list[int]:
 
 @routes.post("/tokenize")
 async def tokenize(request: web.Request) -> web.Response:
-    model = request.app[WORKER].require_engine().model
+    prompts = request.app[WORKER].require_served().prompts
     r = Reader(parse_json_object(await request.read()))
     content = r.string("content", required=True)
     add_special = r.boolean("add_special")  # llama-server's default: no BOS unless asked
@@ -53,10 +53,10 @@ async def tokenize(request: web.Request) -> web.Response:
     r.done()
 
     def tokenized() -> list[Any]:
-        tokens = model.tokenize(content, add_special=add_special, parse_special=parse_special)
+        tokens = prompts.tokens(content, add_special=add_special, parse_special=parse_special)
         if not with_pieces:
             return tokens
-        return [{"id": token, "piece": _piece(model.token_bytes(token))} for token in tokens]
+        return [{"id": token, "piece": _piece(prompts.token_bytes(token))} for token in tokens]
 
     # Off the event loop: a 4 MiB body keeps the tokenizer busy long enough to stall every stream.
     return web.json_response({"tokens": await asyncio.to_thread(tokenized)})
@@ -64,11 +64,11 @@ async def tokenize(request: web.Request) -> web.Response:
 
 @routes.post("/detokenize")
 async def detokenize(request: web.Request) -> web.Response:
-    model = request.app[WORKER].require_engine().model
+    served = request.app[WORKER].require_served()
     r = Reader(parse_json_object(await request.read()))
-    tokens = _token_ids(r, model.n_vocab)
+    tokens = _token_ids(r, served.facts.n_vocab)
     r.done()
-    raw = await asyncio.to_thread(model.detokenize, tokens)
+    raw = await asyncio.to_thread(served.prompts.detokenize, tokens)
     # Token ids can end inside a character; those bytes come back as U+FFFD, as in generated text.
     return web.json_response({"content": raw.decode("utf-8", errors="replace")})
 
@@ -76,8 +76,8 @@ async def detokenize(request: web.Request) -> web.Response:
 @routes.post("/apply-template")
 async def apply_template(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    engine = worker.require_engine()
+    served = worker.require_served()
     # The chat route's own parsing, so a conversation renders here exactly when it would run there.
-    chat = parse_chat(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
-                      intake=worker.intake(engine))
-    return web.json_response({"prompt": chat_text(engine, chat)})
+    chat = parse_chat(parse_json_object(await request.read()), served.facts.n_vocab, worker.sampling,
+                      intake=worker.intake(served))
+    return web.json_response({"prompt": chat_text(served, chat)})

@@ -22,7 +22,7 @@ from worker.api.state import WORKER
 from worker.engine import AdapterCells, UnusableFile
 
 if TYPE_CHECKING:
-    from worker.engine.engine import Engine, SlotFile
+    from worker.engine import ServedModel, SlotFile
 
 routes = web.RouteTableDef()
 
@@ -53,22 +53,22 @@ def name_problem(name: str) -> str | None:
 
 @routes.get("/slots")
 async def slots(request: web.Request) -> web.Response:
-    engine = request.app[WORKER].require_engine()
-    busy, speculative = engine.busy_slots(), engine.exactness.speculative != "none"
-    return web.json_response([{"id": slot, "n_ctx": engine.n_ctx_seq, "speculative": speculative,
-                               "is_processing": slot in busy} for slot in range(engine.model.config.parallel)])
+    served = request.app[WORKER].require_served()
+    busy, speculative = served.engine.busy_slots(), served.facts.exactness.speculative != "none"
+    return web.json_response([{"id": slot, "n_ctx": served.facts.n_ctx_seq, "speculative": speculative,
+                               "is_processing": slot in busy} for slot in range(served.facts.parallel)])
 
 
 @routes.post("/slots/{id_slot}")
 async def slot_action(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    engine = worker.require_engine()
+    served = worker.require_served()
     folder = worker.settings.slot_save_path
     if folder is None:
         return response(DISABLED, Family.OPENAI)
     raw = await request.read()
     r = Reader(parse_json_object(raw) if raw.strip() else {})
-    slot = _slot(r, request.match_info["id_slot"], engine.model.config.parallel)
+    slot = _slot(r, request.match_info["id_slot"], served.facts.parallel)
     action = request.query.get("action")
     if action not in ACTIONS:
         r.problem("action", " | ".join(ACTIONS), f"action must be one of {', '.join(ACTIONS)}", action)
@@ -77,17 +77,17 @@ async def slot_action(request: web.Request) -> web.Response:
         r.problem("filename", PLAIN_NAME, f"filename {why}", filename)
     r.done()
     if action == "erase":
-        return web.json_response({"id_slot": slot, "n_erased": await engine.erase_slot(slot)})
+        return web.json_response({"id_slot": slot, "n_erased": await served.cells.erase_slot(slot)})
     path = folder / filename
     if action == "save":
         try:
-            saved = await engine.save_slot(slot, path)
+            saved = await served.cells.save_slot(slot, path)
         except AdapterCells as exc:
             raise InvalidRequest([Problem("id_slot", "a slot whose cells were made without LoRA adapters", str(exc),
                                           slot)]) from None
         return web.json_response({"id_slot": slot, "filename": filename, "n_saved": saved.tokens,
                                   "n_written": saved.bytes, "timings": {"save_ms": round(saved.ms, 3)}})
-    restored = await _restore(engine, slot, path, filename)
+    restored = await _restore(served, slot, path, filename)
     return web.json_response({"id_slot": slot, "filename": filename, "n_restored": restored.tokens,
                               "n_read": restored.bytes, "timings": {"restore_ms": round(restored.ms, 3)}})
 
@@ -100,13 +100,13 @@ def _slot(r: Reader, raw: str, slots: int) -> int:
     return int(raw)
 
 
-async def _restore(engine: Engine, slot: int, path: Path, filename: str) -> SlotFile:
+async def _restore(served: ServedModel, slot: int, path: Path, filename: str) -> SlotFile:
     def refused(why: str) -> InvalidRequest:
         return InvalidRequest([Problem("filename", "a file this worker's --slot-save-path holds and can load",
                                        f"cannot restore {filename!r}: {why}", filename)])
 
     try:
-        return await engine.restore_slot(slot, path)
+        return await served.cells.restore_slot(slot, path)
     except FileNotFoundError:
         raise refused("no such file") from None
     except UnusableFile as exc:

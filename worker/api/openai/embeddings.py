@@ -19,7 +19,7 @@ from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed, UnfitInputs
 
 if TYPE_CHECKING:
-    from worker.engine.pooling.embeddings import Vector
+    from worker.engine import Vector
 
 routes = web.RouteTableDef()
 log = structlog.get_logger("worker.request")
@@ -131,16 +131,17 @@ def _encode(vector: Vector, encoding: str) -> list[float] | str:
 @routes.post("/v1/embeddings")
 async def embeddings(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    engine = worker.require_engine()
-    if engine.pooling is None:
+    served = worker.require_served()
+    if served.pooled.pooling is None:
         return response(DISABLED, Family.OPENAI)
-    parsed = parse_embeddings(parse_json_object(await request.read()), engine.n_vocab, engine.embedding_width)
+    parsed = parse_embeddings(parse_json_object(await request.read()), served.facts.n_vocab,
+                              served.pooled.embedding_width)
     served_model(worker, parsed.model)
     started = time.monotonic()
     # Off the event loop: a 4 MiB body keeps the tokenizer busy long enough to stall every stream.
-    tokens = await asyncio.to_thread(engine.tokenize_inputs, parsed.inputs)
+    tokens = await asyncio.to_thread(served.pooled.tokenize_inputs, parsed.inputs)
     try:
-        vectors = await asyncio.wait_for(engine.embed(tokens), worker.settings.request_timeout)
+        vectors = await asyncio.wait_for(served.pooled.embed(tokens), worker.settings.request_timeout)
     except UnfitInputs as refusal:
         raise _unfit(refusal, parsed.fields) from None
     except (EmbeddingFailed, asyncio.TimeoutError) as exc:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.engine import TokenLogprob
-from worker.engine.requests import PromptLogprobs
+from worker.engine import PromptLogprobs, TokenLogprob
 
 
 def _token(piece: bytes) -> str:

@@ -14,8 +14,7 @@ from worker.api.problems import Reader, integral
 from worker.api.reasoning_budgets import effort_budget
 from worker.api.structured import GrammarCheck, openai_grammar
 from worker.api.tools.request import history_fields, read_tools
-from worker.engine import SamplingParams
-from worker.engine.media import MEDIA_MARKER
+from worker.engine import MEDIA_MARKER, SamplingParams
 from worker.fields import OPENAI_SAMPLING
 
 ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's

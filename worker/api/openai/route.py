@@ -22,12 +22,11 @@ from worker.api.problems import parse_json_object
 from worker.api.request_checks import admitted
 from worker.api.state import WORKER, WorkerState
 from worker.api.tools.answer import Answer, Call, Release
-from worker.engine import ChatPrompt, Finished, FinishReason, TokenEvent, TokenLogprob
-from worker.engine.requests import PromptLogprobs
+from worker.engine import ChatPrompt, Finished, FinishReason, PromptLogprobs, TokenEvent, TokenLogprob
 from worker.settings import MediaSettings
 
 if TYPE_CHECKING:
-    from worker.engine import Engine
+    from worker.engine import ServedModel
 
 routes = web.RouteTableDef()
 
@@ -206,47 +205,48 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
         return response
 
 
-def _generation_route(path: str, parse: Callable[[dict[str, Any], WorkerState, Engine], Any], shape: Shape,
-                      prepare: Callable[[Engine, Any, MediaSettings], Awaitable[Turn]]) -> None:
+def _generation_route(path: str, parse: Callable[[dict[str, Any], WorkerState, ServedModel], Any], shape: Shape,
+                      prepare: Callable[[ServedModel, Any, MediaSettings], Awaitable[Turn]]) -> None:
     """Chat and completions differ only in how they parse, prepare (prompt, tools) and shape; the rest is shared."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         worker = request.app[WORKER]
-        engine = worker.require_engine()
-        parsed = parse(parse_json_object(await request.read()), worker, engine)
+        served = worker.require_served()
+        parsed = parse(parse_json_object(await request.read()), worker, served)
         model = admitted(worker, parsed)
-        turn = await prepare(engine, parsed, worker.settings.media)
-        echo = _echo(engine, parsed) if parsed.generation.echo else ""
+        turn = await prepare(served, parsed, worker.settings.media)
+        echo = _echo(served, parsed) if parsed.generation.echo else ""
         return await _respond(request, worker, shape, model, turn, echo)
 
     routes.post(path)(handler)
 
 
-def _options(worker: WorkerState, engine: Engine) -> dict[str, Any]:
+def _options(worker: WorkerState, served: ServedModel) -> dict[str, Any]:
     """What both parsers are told of the worker: its slots, its grammar check, its adapters."""
-    return {"max_choices": worker.settings.engine.parallel, "check_grammar": engine.grammar_problem,
-            "loras": len(engine.loras)}
+    return {"max_choices": worker.settings.engine.parallel, "check_grammar": served.prompts.grammar_problem,
+            "loras": len(served.facts.loras)}
 
 
-def _chat(body: dict[str, Any], worker: WorkerState, engine: Engine) -> ChatRequest:
-    return parse_chat(body, engine.n_vocab, worker.sampling, **_options(worker, engine), intake=worker.intake(engine))
+def _chat(body: dict[str, Any], worker: WorkerState, served: ServedModel) -> ChatRequest:
+    return parse_chat(body, served.facts.n_vocab, worker.sampling, **_options(worker, served),
+                      intake=worker.intake(served))
 
 
-def _completion(body: dict[str, Any], worker: WorkerState, engine: Engine) -> CompletionRequest:
-    return parse_completion(body, engine.n_vocab, worker.sampling, **_options(worker, engine))
+def _completion(body: dict[str, Any], worker: WorkerState, served: ServedModel) -> CompletionRequest:
+    return parse_completion(body, served.facts.n_vocab, worker.sampling, **_options(worker, served))
 
 
-async def _completion_turn(engine: Engine, completion: CompletionRequest, _media: MediaSettings) -> Turn:
+async def _completion_turn(served: ServedModel, completion: CompletionRequest, _media: MediaSettings) -> Turn:
     """A completion's prompt is text or token ids: no images, so `_media` has nothing to read."""
     prompt = completion.prompt
-    tokens = prompt if isinstance(prompt, list) else engine.tokenize(prompt)
+    tokens = prompt if isinstance(prompt, list) else served.prompts.tokenize(prompt)
     return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
 
 
-def _echo(engine: Engine, completion: CompletionRequest) -> str:
+def _echo(served: ServedModel, completion: CompletionRequest) -> str:
     """The prompt as text: as sent, or its token ids' text."""
     prompt = completion.prompt
-    return prompt if isinstance(prompt, str) else engine.model.detokenize(prompt).decode("utf-8", errors="replace")
+    return prompt if isinstance(prompt, str) else served.prompts.detokenize(prompt).decode("utf-8", errors="replace")
 
 
 _generation_route("/v1/chat/completions", _chat, CHAT, prepared_turn)
@@ -258,7 +258,7 @@ async def models(request: web.Request) -> web.Response:
     """The served model, then its LoRA adapters as vLLM lists them: a request's `model` may name either."""
     worker = request.app[WORKER]
     # What a prompt may hold (text, image), as llama-server says it; known once the model (and projector) loaded.
-    modalities = {"input_modalities": list(worker.engine.input_modalities)} if worker.engine is not None else {}
+    modalities = {"input_modalities": list(worker.served.prompts.input_modalities)} if worker.served is not None else {}
     entry = {"object": "model", "created": 0, "owned_by": "llm-worker"}
     return web.json_response({"object": "list", "data": [
         {"id": worker.model_id, **entry, **modalities},

@@ -23,37 +23,24 @@ _STOP_REASONS = {
 }
 
 
-def vram_bytes(worker: WorkerState) -> int:
-    """The one rule /health, the ready callback and the /execute metrics event all report."""
-    return worker.engine.device_bytes if worker.engine is not None else 0
-
-
-def cache_ram(worker: WorkerState) -> dict[str, int]:
-    """Host memory for KV cells pushed out of slots: its bound (--cache-ram) and what it holds now, as /health and
-    the ready callback report them (several workers share a machine's memory under a pool manager)."""
-    stats = worker.engine.stats() if worker.engine is not None else None
-    return {"cache_ram_limit_bytes": stats.cache_ram_limit_bytes if stats else 0,
-            "cache_ram_bytes": stats.cache_ram_bytes if stats else 0}
-
-
 @routes.get("/health")
 @routes.get("/v1/health")
 async def health(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     if worker.phase is Phase.READY:
-        engine = worker.require_engine()
-        return web.json_response({"status": "healthy", "vram_bytes": vram_bytes(worker), **cache_ram(worker),
-                                  "input_modalities": list(engine.input_modalities),
-                                  "exactness": engine.exactness.as_dict()})
+        served = worker.require_served()
+        return web.json_response({"status": "healthy", "vram_bytes": worker.vram_bytes(), **worker.cache_ram(),
+                                  "input_modalities": list(served.prompts.input_modalities),
+                                  "exactness": served.facts.exactness.as_dict()})
     return web.json_response({"status": worker.phase.value}, status=503)
 
 
 @routes.get("/v1/ready")
 async def ready(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
-    body = {"ready": worker.phase is Phase.READY, "state": worker.state, "model_loaded": worker.engine is not None}
-    if worker.engine is not None:
-        stats = worker.engine.stats()
+    body = {"ready": worker.phase is Phase.READY, "state": worker.state, "model_loaded": worker.served is not None}
+    if worker.served is not None:
+        stats = worker.served.stats()
         body.update(running=stats.running, waiting=stats.waiting, slots=stats.slots,
                     kv_cells_used=stats.kv_cells_used)
     return web.json_response(body)
@@ -93,7 +80,7 @@ def _end_events(finished: Finished, vram: int) -> list[dict]:
 
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
-    tokens = worker.require_engine().tokenize(job.prompt)
+    tokens = worker.require_served().prompts.tokenize(job.prompt)
     choices = engine_requests(worker, ChatPrompt(tokens, reasoning=None), job.generation, request["request_id"])
     async with generating(worker, choices) as (handle,):
         worker.jobs[job.job_id] = handle.cancel
@@ -106,7 +93,7 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
                 if isinstance(event, TokenEvent):
                     await sse.send(stream, {"type": "token", "t": event.text, "i": index})
                     index += 1
-            for end in _end_events(handle.ended, vram_bytes(worker)):
+            for end in _end_events(handle.ended, worker.vram_bytes()):
                 await sse.send(stream, end)
             await stream.write(sse.DONE)
             return stream
@@ -118,8 +105,8 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
 @routes.post("/v1/inference")
 async def execute(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
-    engine = worker.require_engine()
-    job = parse_execute(parse_json_object(await request.read()), worker.sampling, engine.grammar_problem)
+    served = worker.require_served()
+    job = parse_execute(parse_json_object(await request.read()), worker.sampling, served.prompts.grammar_problem)
     if job.job_id in worker.jobs:
         raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running",
                                       job.job_id)])

@@ -97,14 +97,14 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, r
 @routes.post("/v1/responses")
 async def create(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
-    engine = worker.require_engine()
+    served = worker.require_served()
     store = request.app[RESPONSES]
-    parsed = parse_responses(parse_json_object(await request.read()), engine.n_vocab, worker.sampling,
-                             worker.settings.engine.parallel, engine.grammar_problem, store, len(engine.loras),
-                             worker.intake(engine))
+    parsed = parse_responses(parse_json_object(await request.read()), served.facts.n_vocab, worker.sampling,
+                             worker.settings.engine.parallel, served.prompts.grammar_problem, store,
+                             len(served.facts.loras), worker.intake(served))
     chat = parsed.chat
     model = admitted(worker, chat)
-    turn = await prepared_turn(engine, chat, worker.settings.media)
+    turn = await prepared_turn(served, chat, worker.settings.media)
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": model, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}

@@ -19,7 +19,7 @@ from typing import Any
 
 from worker.api.tools.formats import ToolFormat
 from worker.api.tools.request import Tools
-from worker.engine.constraints.json_schema import schema_grammar
+from worker.engine import schema_grammar
 
 _ROOT = re.compile(r"^root ::= (.*)$", re.MULTILINE)
 _ENVELOPE = "tool-call"

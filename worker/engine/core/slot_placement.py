@@ -3,10 +3,10 @@
 Each slot is a KV stream of its own (native/model.py), and llama.cpp views the streams of one micro-batch as one
 range: it cuts a call's rows into one micro-batch per run of adjacent slots (llama_batch_allocr::split_equal with
 sequential streams), each paying a whole pass over the weights. The steps of one adapter set hold only that set's
-rows (core/adapter_turns.py), so a set whose requests sit on slots 0, 2, 4, 6 decodes its 4 rows in 4 passes: on the test
-model and 2 cores, 35.6 ms, more than 8 rows on adjacent slots take (34.1 ms), against 24.7 ms for 4 adjacent rows
-(bench/probes/slotruns.py). So while requests under several sets run, a request that reuses little of any slot's
-cells goes next to its own set's slots, or, if none of its set runs, as far as it can from the other sets'.
+rows (adapter_turns.py), so a set whose requests sit on slots 0, 2, 4, 6 decodes its 4 rows in 4 passes, longer
+than 8 rows on adjacent slots take (bench/probes/RESULTS.md, "Slots: one micro-batch per run of adjacent slots").
+So while requests under several sets run, a request that reuses little of any slot's cells goes next to its own
+set's slots, or, if none of its set runs, as far as it can from the other sets'.
 """
 
 from __future__ import annotations

@@ -1,3 +1,3 @@
-"""What keeps a row's numerics independent of its batch: the llama.cpp build loaded, ggml's kernel switches,
-the KV cell types and flash attention, the tensor types they are chosen from, and the load-time check that
-measures the result."""
+"""What keeps a row's numerics independent of its batch, chosen before llama.cpp loads: the build, ggml's kernel
+switches, the KV cell types and flash attention, and the tensor types they are chosen from. The load-time check
+that measures the result is startup's (startup/load_check.py)."""

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from worker.engine.config import EngineConfig
+from worker.engine.exactness.kv_plan import config_attention
 from worker.engine.exactness.tensor_table import weight_product_types
 
 LIB_PATH_ENV = "LLAMA_CPP_LIB_PATH"  # read by llama_cpp/llama_cpp.py at import
@@ -71,7 +72,7 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
     if lora_types := sorted({kind for lora in config.lora for kind in weight_product_types(lora.path)}
                             & TINYBLAS_TYPES):
         lost.append(f"{'/'.join(lora_types)} LoRA adapter tensors")
-    if config.attention().flash_attn == "off":  # K·Q and V·softmax: llamafile's GEMM over the F16 cells
+    if config_attention(config).flash_attn == "off":  # K·Q and V·softmax: llamafile's GEMM over the F16 cells
         lost.append("attention without flash attention")
     if lost:
         return Library("default", default, f"{missing}: {' and '.join(lost)} compute a row by its batch's size, so "

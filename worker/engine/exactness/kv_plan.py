@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from worker.engine.config import EngineConfig
 from worker.engine.modes import CacheMode
 from worker.worker_error import WorkerError
 
@@ -47,6 +48,13 @@ class Attention:
     cache_type_k: str
     cache_type_v: str
     pinned: bool  # flash attention on, every row through one kernel whatever the batch
+
+
+def config_attention(config: EngineConfig, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
+    """Flash attention and the KV cells' types for a config's mode and backend, and whether ggml's batch-invariant
+    switch is on (WorkerError for flags that clash)."""
+    return plan_attention(config.backend, bool(config.rpc_servers), config.prefix_cache, config.flash_attn,
+                          config.cache_type_k, config.cache_type_v, head_size, batch_invariant)
 
 
 def plan_attention(backend: str, rpc: bool, mode: CacheMode, flash_attn: str, cache_type_k: str | None,

@@ -13,6 +13,7 @@ import structlog
 from worker.engine.config import EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
 from worker.engine.exactness.build_choice import loaded_library
+from worker.engine.exactness.kv_plan import config_attention
 from worker.engine.native import llama_log
 from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
@@ -109,7 +110,7 @@ class LlamaModel:
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
             loaded = load_adapters(self.model, path, config.lora)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
-            self.attention = config.attention(self._head_size_k(), self.kernels.batch_invariant)
+            self.attention = config_attention(config, self._head_size_k(), self.kernels.batch_invariant)
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
             self.embedding = self._new_pooled_context(config, POOLING[self.pooling], "embedding",

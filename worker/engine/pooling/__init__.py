@@ -1,1 +1,1 @@
-"""Pooled outputs of the same weights in a context of their own: embeddings."""
+"""Pooled outputs of the same weights in a context of their own: embeddings and a reranker's scores."""

@@ -18,8 +18,8 @@ import llama_cpp
 from worker.engine.config import EngineConfig
 from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
-from worker.engine.sequence import Sequence
 from worker.engine.speculative.draft_rule import DraftState, Offer
+from worker.engine.speculative.sequence_view import DraftingSequence
 from worker.worker_error import WorkerError
 
 # The prior acceptance of a draft model's tokens (drafts.Acceptance): a draft model of the same family agrees
@@ -55,12 +55,12 @@ class DraftModel:
         llama_cpp.llama_batch_free(self._batch)
         self.model.close()
 
-    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
+    def offer(self, seq: DraftingSequence, state: DraftState, limit: int) -> Offer:
         return Offer(KIND, limit)  # drafted only when asked: a decode of its own per token
 
-    def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
+    def propose(self, chosen: dict[DraftingSequence, tuple[Offer, int]]) -> dict[DraftingSequence, list[int]]:
         counts = {seq: count for seq, (_, count) in chosen.items()}
-        drafts: dict[Sequence, list[int]] = {}
+        drafts: dict[DraftingSequence, list[int]] = {}
         for seq in counts:  # each its own calls: their lengths differ
             row = self._catch_up(seq)
             if row is not None:
@@ -78,7 +78,7 @@ class DraftModel:
     def _sample(self, row: int) -> int:
         return llama_cpp.llama_sampler_sample(self._greedy, self.model.ctx, row)
 
-    def _catch_up(self, seq: Sequence) -> int | None:
+    def _catch_up(self, seq: DraftingSequence) -> int | None:
         """Bring the slot's stream to the sequence's tokens, the newest decoded last, in calls of at most a batch;
         the row of the last call that holds its logits (None: a decode failed, and the stream was emptied)."""
         tokens = seq.prompt + seq.generated

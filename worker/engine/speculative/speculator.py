@@ -9,11 +9,11 @@ beside it (the load-time check, startup/load_check.py) drafts cannot change the 
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Protocol
 
 from worker.engine.config import EngineConfig
 from worker.engine.modes import SpecType
-from worker.engine.sequence import Sequence
 from worker.engine.speculative.draft_rule import (
     Acceptance,
     Candidate,
@@ -26,6 +26,7 @@ from worker.engine.speculative.draft_rule import (
     plan_drafts,
 )
 from worker.engine.speculative.prompt_lookup import NGRAM_PRIORS, TokenHistory
+from worker.engine.speculative.sequence_view import DraftingSequence
 
 
 class Proposer(Protocol):
@@ -35,10 +36,10 @@ class Proposer(Protocol):
     def priors(self) -> dict[int, float]:
         """Each kind of draft's prior acceptance (drafts.Acceptance)."""
 
-    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
+    def offer(self, seq: DraftingSequence, state: DraftState, limit: int) -> Offer:
         """What `seq` (drafting as `state` says) could draft now (at most `limit` tokens; a count of 0: nothing)."""
 
-    def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
+    def propose(self, chosen: dict[DraftingSequence, tuple[Offer, int]]) -> dict[DraftingSequence, list[int]]:
         """Each sequence's draft of (at most) the count chosen for its offer."""
 
     def close(self) -> None:
@@ -52,13 +53,13 @@ class PromptLookup:
     priors = NGRAM_PRIORS
     decodes = False
 
-    def offer(self, seq: Sequence, state: DraftState, limit: int) -> Offer:
+    def offer(self, seq: DraftingSequence, state: DraftState, limit: int) -> Offer:
         history = state.history
         assert history is not None  # Speculator.start gives every state one under --spec-type ngram
         tokens, n = history.proposal(limit)
         return Offer(n, len(tokens), tokens)
 
-    def propose(self, chosen: dict[Sequence, tuple[Offer, int]]) -> dict[Sequence, list[int]]:
+    def propose(self, chosen: dict[DraftingSequence, tuple[Offer, int]]) -> dict[DraftingSequence, list[int]]:
         drafts = {}
         for seq, (offer, count) in chosen.items():
             assert offer.tokens is not None  # every offer above carries its tokens
@@ -113,22 +114,22 @@ class Speculator:
             self.costs.timed(rows, seconds)
         return not self._retiming
 
-    def start(self, seq: Sequence) -> None:
+    def start(self, seq: DraftingSequence) -> None:
         """A sequence drafts unless its request turned drafting off (draft_max 0) or its prompt holds images (their
         stand-ins are no tokens to draft from or feed a draft model)."""
         if self._limit(seq) > 0 and not seq.request.media:
             history = TokenHistory(seq.prompt) if self.kind is SpecType.NGRAM else None
             seq.draft = DraftState(history)
 
-    def _kind_acceptance(self, seq: Sequence, kind: int) -> Acceptance:
+    def _kind_acceptance(self, seq: DraftingSequence, kind: int) -> Acceptance:
         """What drafts of this kind are worth for requests sampled as `seq` is (greedy or not)."""
         return self.acceptance[kind, seq.request.sampling.temperature <= 0]
 
-    def _limit(self, seq: Sequence) -> int:
+    def _limit(self, seq: DraftingSequence) -> int:
         asked = seq.request.sampling.draft_max
         return self.draft_max if asked is None else min(asked, self.draft_max)
 
-    def drafts(self, decode: list[Sequence]) -> dict[Sequence, list[int]]:
+    def drafts(self, decode: Collection[DraftingSequence]) -> dict[DraftingSequence, list[int]]:
         """This step's drafts, for some of the decode rows' sequences (in slot order)."""
         offers = self._offers(decode)
         trying = self.yields.worth_trying(len(decode))
@@ -146,7 +147,7 @@ class Speculator:
                 self._not_drafted(seq, state, offer, trying)
         return self.proposer.propose(chosen) if chosen else {}
 
-    def _offers(self, decode: list[Sequence]) -> dict[Sequence, tuple[DraftState, Offer]]:
+    def _offers(self, decode: Collection[DraftingSequence]) -> dict[DraftingSequence, tuple[DraftState, Offer]]:
         """What each drafting sequence could draft now, where it could draft anything (with its state)."""
         offers = {}
         for seq in decode:
@@ -159,7 +160,7 @@ class Speculator:
                 offers[seq] = state, offer
         return offers
 
-    def _not_drafted(self, seq: Sequence, state: DraftState, offer: Offer, trying: bool) -> None:
+    def _not_drafted(self, seq: DraftingSequence, state: DraftState, offer: Offer, trying: bool) -> None:
         """An offer left out: held against the tokens to come where it has them (a Shadow), else nothing is
         learnt, and where the rule weighed it the estimates decay as after a verified draft, back to the prior."""
         if state.shadow is not None or (offer.tokens is None and not trying):
@@ -169,7 +170,7 @@ class Speculator:
         if offer.tokens is not None:
             state.shadow = Shadow(offer.kind, offer.tokens)
 
-    def generated(self, seq: Sequence, token: int) -> None:
+    def generated(self, seq: DraftingSequence, token: int) -> None:
         """A drafting sequence's new token: searchable, and held against the offer it did not draft."""
         state = seq.draft
         assert state is not None  # the runner tells only of drafting sequences (Speculator.start gave them a state)
@@ -188,7 +189,7 @@ class Speculator:
     def close(self) -> None:
         self.proposer.close()
 
-    def verified(self, seq: Sequence, drafted: int, accepted: int) -> None:
+    def verified(self, seq: DraftingSequence, drafted: int, accepted: int) -> None:
         state = seq.draft
         assert state is not None  # a sequence that drafted has its state
         self._kind_acceptance(seq, state.kind).observe(drafted, accepted)

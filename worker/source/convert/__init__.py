@@ -15,8 +15,10 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.source.convert.types import OUTPUT_TYPES as OUTPUT_TYPES
     from worker.source.convert.types import QUANT_TYPES as QUANT_TYPES
     from worker.source.convert.types import Conversion as Conversion
+    from worker.source.convert.types import Quantizer as Quantizer
 
 __getattr__ = exports(__name__, {
     "ARCHITECTURES": "architectures", "Conversion": "types", "converted_model": "cached",
     "is_hf_folder": "folder", "ProgressReport": "progress_report", "OUTPUT_TYPES": "types", "QUANT_TYPES": "types",
+    "Quantizer": "types",
 })

@@ -85,11 +85,11 @@ def converted_model(folder: Path, conversion: Conversion = Conversion(), progres
         convert_folder(folder, tmp, conversion.out_type, progress)
 
     path = _cached(target, key, convert)
-    quantize = conversion.quantize
+    quantize, quantize_model = conversion.quantize, conversion.quantizer
     if quantize is None:
         return path
-    from worker.engine.native.quantize import quantize_model  # the one source -> engine call: llama.cpp's quantizer
-
+    if quantize_model is None:
+        raise ValueError(f"quantizing to {quantize} needs a Conversion with a quantizer (the engine's quantize_model)")
     qkey = _key(key, quantize)
     qtarget = converted_dir() / f"{folder.name}-{qkey[:16]}.{quantize}.gguf"
     return _cached(qtarget, qkey, lambda tmp: quantize_model(path, tmp, quantize, progress))

@@ -1,12 +1,20 @@
 """The output types a conversion can write, the ones llama.cpp's quantizer can make from it, and a Conversion.
 
 Names only, so the CLI offers them and serve passes a Conversion without importing gguf (write.py looks its enums
-up by name).
+up by name) or llama.cpp (the quantizer is handed in).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
+
+from worker.progress_callback import ProgressFn
+
+# Makes the GGUF at the second path from the first, quantized to a QUANT_TYPES name: llama.cpp's quantizer, which
+# the caller passes in (the engine's quantize_model), as the engine is the one package that loads llama.cpp.
+Quantizer = Callable[[Path, Path, str, ProgressFn | None], None]
 
 # --convert-type: what gguf-py writes for every 2-D weight (1-D tensors and norms stay F32, as
 # llama.cpp's converter keeps them): GGMLQuantizationType[NAME] in a file of LlamaFileType.MOSTLY_<NAME>.
@@ -23,3 +31,4 @@ QUANT_TYPES: tuple[str, ...] = (
 class Conversion:
     out_type: str = "f16"  # one of OUTPUT_TYPES
     quantize: str | None = None  # one of QUANT_TYPES, applied to the converted file
+    quantizer: Quantizer | None = None  # what applies it; needed with quantize

@@ -1,0 +1,81 @@
+"""docs/development.md's layout is the tree and the import-linter contracts: every layer as pyproject.toml's
+contracts list it, every module where the page says, and the benchmarks through the engine's door."""
+
+from __future__ import annotations
+
+import ast
+import re
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # the oldest Python supported reads TOML with tomli, as worker/source/registry.py does
+    import tomli as tomllib
+
+GUIDE = REPO / "docs" / "development.md"
+CONTRACTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+LAYERED = {contract["containers"][0]: contract for contract in CONTRACTS if contract["type"] == "layers"}
+
+
+def _tables() -> dict[str, list[tuple[int, str, str]]]:
+    """Each container's table in the Layout section: (layer, member, modules cell) rows, by the heading's folder."""
+    section = GUIDE.read_text().split("\n## Layout\n", 1)[1].split("\n## ", 1)[0]
+    tables: dict[str, list[tuple[int, str, str]]] = {}
+    folder = None
+    for line in section.splitlines():
+        if heading := re.match(r"^### `(worker/[\w/]*)`$", line):
+            folder = heading.group(1)
+            tables[folder] = []
+        elif folder and re.match(r"^\| \d+ \|", line):
+            layer, member, _, modules = (cell.strip() for cell in line.strip("|").split(" | "))
+            tables[folder].append((int(layer), member.strip("`"), modules))
+    return tables
+
+
+def _module(member: str) -> str:
+    return member.removesuffix(".py").removesuffix("/")
+
+
+@pytest.mark.parametrize("container", sorted(LAYERED))
+def test_each_table_lists_its_contracts_layers_bottom_first(container):
+    rows = _tables()[container.replace(".", "/") + "/"]
+    in_guide = [sorted(_module(member) for layer, member, _ in rows if layer == n)
+                for n in range(1, max(layer for layer, _, _ in rows) + 1)]
+    in_contract = [sorted(name.strip() for name in re.split(r"[|:]", layer))
+                   for layer in reversed(LAYERED[container]["layers"])]
+    assert in_guide == in_contract
+
+
+def test_every_module_is_where_the_guide_says():
+    tables = _tables()
+    named = set()
+    for folder, rows in tables.items():
+        for _, member, modules in rows:
+            if member.endswith(".py"):
+                named.add(folder + member)
+            elif folder + member not in tables:  # a package without a table of its own lists its modules
+                named.update(folder + member + name for name in re.findall(r"`(\w+\.py)`", modules))
+    tree = {str(path.relative_to(REPO)) for path in (REPO / "worker").rglob("*.py") if path.name != "__init__.py"}
+    assert sorted(tree - named) == [], "modules the guide does not place"
+    assert sorted(named - tree) == [], "modules the guide places that do not exist"
+
+
+def test_every_layered_contract_is_exhaustive_and_the_door_is_protected():
+    assert all(contract.get("exhaustive") for contract in LAYERED.values())
+    door = next(contract for contract in CONTRACTS if contract["type"] == "protected")
+    assert door["protected_modules"] == ["worker.engine.*"] and door["allowed_importers"] == ["worker.engine"]
+
+
+def test_benchmarks_reach_the_engine_through_its_door():
+    """bench/ is no package, so import-linter does not see it: its workloads import what worker/engine/__init__.py
+    exports, as the API does (bench/probes/ measure the engine's parts and the binding, as the tests do)."""
+    behind = []
+    for path in sorted((REPO / "bench").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("worker.engine."):
+                behind.append(f"{path.name}:{node.lineno} {node.module}")
+    assert behind == []
