@@ -6,7 +6,6 @@ import asyncio
 import os
 import signal
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import structlog
@@ -19,10 +18,9 @@ from worker.api.loading_progress import LoadingProgress
 from worker.engine import Lora, SamplingParams, choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
-from worker.progress_callback import ProgressFn
 from worker.settings import LoraRef, Settings
 from worker.source import ResolvedModel, load_registry
-from worker.source.convert import Conversion, ProgressReport
+from worker.source.convert import Conversion, ProgressReport, Quantizer
 from worker.source.projector import fetch_projector
 from worker.source.registry import Registry
 from worker.source.resolve import as_gguf, fetch_model
@@ -53,14 +51,6 @@ def _fetch_loras(refs: tuple[LoraRef, ...], registry: Registry, model_id: str) -
     return tuple(loras)
 
 
-def _quantize(source: Path, target: Path, ftype: str, progress: ProgressFn | None) -> None:
-    """llama.cpp's quantizer, imported only once a conversion quantizes: before that, the worker must not load
-    llama_cpp, whose build it chooses once the model is known."""
-    from worker.engine import quantize_model
-
-    quantize_model(source, target, ftype, progress)
-
-
 def _load(settings: Settings, progress: LoadingProgress,
           loop: asyncio.AbstractEventLoop) -> tuple[ResolvedModel, SamplingParams, ServedModel]:
     progress.report("download", 0, 1)
@@ -75,7 +65,14 @@ def _load(settings: Settings, progress: LoadingProgress,
     projector = settings.mmproj or fetched.defaults.mmproj  # the flag wins over the models.toml entry's
     mmproj = fetch_projector(projector, fetched.path) if projector else None
     progress.report("download", 1, 1)
-    model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize, _quantize), report)
+    quantizer: Quantizer | None = None
+    if settings.quantize and fetched.path.is_dir():
+        # llama.cpp's quantizer loads llama_cpp here, before its build is chosen for the model: the model then runs
+        # on the build loaded (load_library says which and why).
+        from worker.engine import quantize_model
+
+        quantizer = quantize_model
+    model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize, quantizer), report)
     # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
     sampling = sampling_defaults(model.defaults.sampling)
     config = settings.engine
