@@ -1,8 +1,6 @@
-"""How the engine runs a model: the flags' EngineConfig and the defaults it starts from.
-
-Free of llama_cpp, so settings and the HTTP routes can be built before the worker chooses which llama.cpp library
-to load (exactness/build_choice.py).
-"""
+"""How the engine runs a model: the flags' EngineConfig and the defaults it starts from. Free of llama_cpp, so
+settings and the HTTP routes can be built before the worker chooses which llama.cpp library to load
+(exactness/build_choice.py)."""
 
 from __future__ import annotations
 

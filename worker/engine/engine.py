@@ -54,7 +54,7 @@ class Engine:
     def _run(self) -> None:
         # Every decode, the warm-up included, runs on this one thread: ggml's OpenMP
         # pool belongs to the thread that first computes, and decoding from a second
-        # thread measured 3x slower (36 ms vs 11 ms a token on the test model).
+        # thread measured 3x slower (docs/development.md, "The engine at work").
         try:
             self._warm_up()
         except BaseException as exc:  # handed to start()'s caller

@@ -1,8 +1,6 @@
-"""What the engine refuses or fails at, as exceptions the API maps to its errors.
-
-Kept apart from the modules that raise them, which import llama_cpp: the HTTP routes import these at startup,
-before the worker has chosen which llama.cpp library to load (exactness/build_choice.py).
-"""
+"""What the engine refuses or fails at, as exceptions the API maps to its errors. Kept apart from the modules that
+raise them, which import llama_cpp: the HTTP routes import these at startup, before the worker has chosen which
+llama.cpp library to load (exactness/build_choice.py)."""
 
 from __future__ import annotations
 

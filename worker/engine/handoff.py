@@ -1,13 +1,5 @@
-"""Engine thread -> event loop: each step's events, handed over with a wake-up that keeps the GIL.
-
-`loop.call_soon_threadsafe` wakes the loop by a `send` on its self-pipe, and Python's `send` lets the GIL go for
-the call: the loop's thread, woken by that very byte, takes it and runs its callbacks (writing every stream's SSE)
-while the engine thread waits to get it back before it can start the next `llama_decode`. Measured on 2 cores, that
-hand-off took 0.33 ms of a 9 ms one-stream step on average, 1 ms at p90 under 4 streams (bench/probes/RESULTS.md,
-"The engine's hand-off to the event loop"). Here the engine thread appends to a deque and writes one byte to a
-pipe of its own through libc with the GIL held (a `ctypes.PyDLL` call does not release it), so it goes on to the
-next `llama_decode`, inside which the loop's thread gets the GIL.
-"""
+"""Engine thread -> event loop: each step's events, handed over with a wake-up that keeps the GIL, so the engine
+thread goes on to its next llama_decode (bench/probes/RESULTS.md, "The engine's hand-off to the event loop")."""
 
 from __future__ import annotations
 
@@ -20,6 +12,9 @@ from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
 
+# loop.call_soon_threadsafe wakes the loop by a `send` on its self-pipe, which lets the GIL go: the loop's thread takes
+# it and writes every stream's SSE while the engine thread waits to get it back. A write to a pipe of our own through
+# libc keeps it, and the loop's thread gets the GIL inside the next llama_decode.
 _libc = ctypes.PyDLL(None)  # this process's libc, called without letting the GIL go
 _write = _libc.write
 _write.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)

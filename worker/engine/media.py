@@ -1,12 +1,5 @@
-"""A prompt with images in it: token ids where it is text, stand-ins where an image's embeddings go.
-
-The engine keeps one list of ids per prompt, and everything that compares prompts (the prefix cache, host memory,
-copies between slots) compares those lists. An image's positions hold stand-ins made from a hash of its decoded
-pixels (as llama-server keys its cache by `mtmd_bitmap_set_id`): the same picture sent again, in any file format,
-gives the same stand-ins and its cells are reused; any other picture differs from its first position on. Stand-ins
-are negative, so no text token ever equals one, and code that must only ever see real tokens (the sampler's
-penalties, drafting, settling a slot) tells them apart by sign.
-"""
+"""A prompt with images in it: token ids where it is text, stand-ins where an image's embeddings go, so that what
+compares prompts (the prefix cache, host memory, copies between slots) compares one list of ids per prompt."""
 
 from __future__ import annotations
 
@@ -43,6 +36,10 @@ class MediaPrompt:
     spans: tuple[MediaSpan, ...]
 
 
+# An image's stand-ins come from a hash of its decoded pixels (as llama-server keys its cache by mtmd_bitmap_set_id):
+# the same picture sent again, in any file format, gives the same stand-ins and its cells are reused; any other
+# differs from its first position on. They are negative, so no text token equals one, and code that must only ever
+# see real tokens (the sampler's penalties, drafting, settling a slot) tells them apart by sign.
 def stand_ins(pixel_hash: int, n_tokens: int) -> list[int]:
     return [-1 - ((pixel_hash + i) & _HASH_MASK) for i in range(n_tokens)]
 

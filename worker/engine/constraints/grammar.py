@@ -1,11 +1,5 @@
-"""GBNF grammars in llama.cpp: why one does not parse, and sampling under one as llama.cpp's common sampler does.
-
-The grammar stage is not in the sequence's chain. Applying it to every candidate costs about 4 ms a token
-on a 49k vocab (the test model ran a 30-property schema at 0.64x the unconstrained speed), so, as
-common_sampler_sample does, the chain draws first and the grammar checks just that token; only when it is
-refused does the grammar mask the whole vocabulary and the chain draw again (0.85x; both measured in a
-bare loop over the binding). Greedy still takes the most likely token the grammar allows.
-"""
+"""GBNF grammars in llama.cpp: why one does not parse, and sampling under one as llama.cpp's common sampler does:
+the chain draws first and the grammar checks just that token (docs/benchmarks.md, "Structured output")."""
 
 from __future__ import annotations
 
@@ -66,7 +60,13 @@ def grammar_problem(vocab: llama_cpp.llama_vocab_p, text: str) -> str | None:
 
 
 class GrammarSampler:
-    """One sequence's grammar, and the candidate buffer it masks when the chain's first draw is refused."""
+    """One sequence's grammar, and the candidate buffer it masks when the chain's first draw is refused.
+
+    Not a stage of the sequence's chain: masking every candidate each token costs more than the draw (a 49k vocab),
+    so, as common_sampler_sample does, the chain draws first and the grammar checks that token; only when it is
+    refused does the grammar mask the whole vocabulary and the chain draw again. Greedy still takes the most likely
+    token the grammar allows.
+    """
 
     def __init__(self, vocab: llama_cpp.llama_vocab_p, text: str, n_vocab: int) -> None:
         # The API checked the text with grammar_problem before queueing the request.

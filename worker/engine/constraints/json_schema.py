@@ -1,14 +1,6 @@
-"""JSON Schema -> GBNF by llama-cpp-python's converter, refusing what it would not honor.
-
-The converter (llama_cpp.llama_grammar.SchemaConverter) dispatches each subschema on one keyword and
-drops the rest: `$ref`, then `anyOf`/`oneOf`, a list of types, `const`, `enum`, object keywords, array
-keywords, `pattern`, `format`, string lengths, and plain types. `schema_grammar` walks a schema in that
-same order first and lists every validation keyword the chosen branch would drop, so a schema is either
-honored in full or refused; annotations (`title`, `description`, `default`, ...) and unknown keywords
-are ignored, as JSON Schema validators ignore them. Two slips of this converter version are fixed here
-as upstream llama.cpp fixed them: strings may not hold raw control characters, and literals escape
-backslashes. Integer bounds, which this version drops, are written out exactly (see integer_rule).
-"""
+"""JSON Schema -> GBNF by llama-cpp-python's converter, refusing what it would not honor: a schema is honored in full
+or refused with every validation keyword it would drop listed; annotations and unknown keywords are ignored, as
+JSON Schema validators ignore them."""
 
 from __future__ import annotations
 
@@ -55,6 +47,8 @@ _CHAR = BuiltinRule(r'[^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F] 
 _LITERAL_ESCAPES = {"\r": "\\r", "\n": "\\n", '"': '\\"', "\\": "\\\\"}
 
 
+# Two slips of this converter version fixed as upstream llama.cpp fixed them (strings may not hold raw control
+# characters, literals escape backslashes), and integer bounds, which it drops, written out exactly (integer_rule).
 class _Converter(SchemaConverter):
     def _format_literal(self, literal: str) -> str:
         # The literal is JSON text: its backslash escapes must reach the output as written.
@@ -77,7 +71,10 @@ class SchemaProblem(Exception):
 
 
 def schema_grammar(schema: Any) -> str:
-    """The GBNF grammar (root rule "root") of a JSON schema; raises SchemaProblem listing what is refused."""
+    """The GBNF grammar (root rule "root") of a JSON schema; raises SchemaProblem listing what is refused.
+    The converter dispatches each subschema on one keyword and drops the rest (`$ref`, then `anyOf`/`oneOf`, a list
+    of types, `const`, `enum`, object keywords, array keywords, `pattern`, `format`, string lengths, plain types):
+    the walk goes in that same order first and lists every validation keyword the chosen branch would drop."""
     walk = _Walk()
     cleaned = walk.node(schema, (), 0)
     walk.check_refs()

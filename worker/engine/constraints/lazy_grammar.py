@@ -1,16 +1,6 @@
-"""A grammar that sleeps until the answer opens what it constrains: tool_choice auto's calls.
-
-llama.cpp has lazy grammars of its own (llama_sampler_init_grammar_lazy_patterns), but when one wakes it
-feeds the text from the trigger on into the grammar unchecked, and a token that carries text the grammar
-refuses ("<tool_call>" and "," in one token) makes llama.cpp throw through the C API: the process aborts,
-on model output nobody controls. So the laziness is done here. Asleep, a token is the chain's alone (the
-answer is exactly the one without a grammar) and the only work is looking for the trigger in the last
-few tokens' bytes. Once the answer holds it, the ordinary grammar (grammar.py) is built and the text from
-the trigger on is replayed into it, each token checked before it is accepted; from then on it constrains
-as a forced grammar does, the end included. Text it refuses drops it for the rest of the answer (as does
-a state no token fits, which would otherwise end the request with an error): the call is left as written,
-and the tool-call reader keeps a malformed one as text.
-"""
+"""A grammar that sleeps until the answer opens what it constrains: tool_choice auto's calls. llama.cpp's own lazy
+grammars feed the woken text in unchecked, and text the grammar refuses makes llama.cpp throw through the C API (the
+process aborts, on model output nobody controls), so the laziness is done here."""
 
 from __future__ import annotations
 
@@ -27,7 +17,14 @@ log = structlog.get_logger(__name__)
 
 
 class LazyGrammar:
-    """One sequence's grammar that wakes on its trigger; as GrammarSampler, sampled beside the chain."""
+    """One sequence's grammar that wakes on its trigger; as GrammarSampler, sampled beside the chain.
+
+    Asleep, a token is the chain's alone (the answer is exactly the one without a grammar), and the only work is
+    looking for the trigger in the last few tokens' bytes. Woken, the ordinary grammar (grammar.py) is built and the
+    text from the trigger on replayed into it, each token checked before it is accepted; from then on it constrains
+    as a forced grammar does, the end included. Text it refuses, or a state no token fits, drops it for the rest of
+    the answer (_drop).
+    """
 
     def __init__(self, vocab: llama_cpp.llama_vocab_p, text: str, n_vocab: int, trigger: GrammarTrigger) -> None:
         self._vocab, self._text, self._n_vocab = vocab, text, n_vocab

@@ -1,12 +1,5 @@
-"""The engine thread: queue in, one step at a time, events out.
-
-Each step drops cancelled and timed-out requests, runs the cell tasks whose slots are free (files of cells in or
-out: --kv-dir, the /slots routes), admits waiting requests into free slots (the scheduler picks the slot and the
-cached prefix), lets the runner carry out the scheduler's plan, and hands all the step's events to the event
-loop in one call. Idle, it settles free slots once (the prefix cache's), times the passes a draft makes again
-where serving showed that they were timed beside a busy process, and otherwise sleeps on a condition and burns no
-CPU.
-"""
+"""The engine thread: queue in, one step at a time, events out. Idle, it does its IdleWork once (settling free
+slots, timing draft passes again) and otherwise sleeps on a condition, burning no CPU."""
 
 from __future__ import annotations
 
@@ -191,6 +184,9 @@ class EngineLoop:
             for embedder, _ in self._pooled.values():
                 embedder.close()
 
+    # A step drops cancelled and timed-out requests, runs the cell tasks whose slots are free (files of cells in or
+    # out: --kv-dir, the /slots routes), admits waiting requests (the scheduler picks the slot and the cached prefix),
+    # lets the runner carry out the scheduler's plan, and hands all the step's events to the event loop in one call.
     def _step(self) -> bool:
         events: Events = []
         with self._cond:

@@ -1,15 +1,6 @@
-"""Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire.
-
-Runs on the engine thread only. Each prefill chunk is its own llama_decode call
-and all decode rows share one (see scheduler.py for why), all under the step's
-LoRA adapter set, which the context is switched to first; every row that wants
-logits is sampled right after its call, by the sequence's own native chain, and
-what the token adds to the answer is core/token_output.py's job; cells moved
-between slots and host memory are kv/cell_transfer.py's. A prefill chunk over an image
-is cut where text meets the image: a llama_batch holds token ids or embeddings, not both.
-The image is encoded (native/projector.py) in the step whose chunk first reaches it, and
-its embeddings decoded at its positions within the same per-step prefill budget as text.
-"""
+"""Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire. Engine thread
+only. Calls are laid out as core/scheduler.py decides; what a token adds to the answer is core/token_output.py's,
+cells moved between slots and host memory kv/cell_transfer.py's."""
 
 from __future__ import annotations
 
@@ -228,6 +219,8 @@ class ModelRunner:
         n_top = seq.request.prompt_logprobs  # None: the prompt is not scored
         scored = n_top is not None
         started, last_call_rows = self.decode_s, 0
+        # A chunk over an image is cut where text meets the image: a llama_batch holds token ids or embeddings, not
+        # both. The image is encoded in the step whose chunk first reaches it, within the same prefill budget as text.
         for start, end, span in runs(prompt, seq.request.media, chunk.start, chunk.end):
             # Logits for the prompt's last row (the answer's first token), or every row when the prompt is scored.
             last = chunk.completes_prompt and end == chunk.end

@@ -1,25 +1,6 @@
 """Who runs, in which slot, on which cached prefix, and what each step computes. It decides; it runs nothing.
-
-Exactness is decided here. llama.cpp's numerics for a row depend on how its
-prompt was split into llama_decode calls, and with one KV stream per slot
-llama.cpp re-splits a batch that mixes sequences (split_equal takes the same
-number of tokens from each), so:
-- each prefill chunk is its own llama_decode call, holding one sequence's tokens;
-- chunk boundaries sit on multiples of the cache's grid whatever the load (only the
-  prompt's end may fall between them; ALIGN on the cpu backend, where a chunk never
-  exceeds the micro-batch, so llama.cpp does not split it again; the micro-batch on a
-  GPU, where llama.cpp splits a chunk on it: chunk_grid), and a prompt's last chunk is
-  never a lone row where the grid leaves room to avoid one;
-- decode rows (one token per generating sequence) share one call, by slot order.
-
-A step runs under one LoRA adapter set: llama.cpp applies adapters to a whole context, so requests under
-different sets never share a call, and the sets take turns at the context (turns.py says when a turn ends).
-
-While sequences are decoding, a step's prefill is held to what the measured pace says fits in
-STALL_FACTOR decode steps (whole grid blocks, at least two): every running stream waits for a
-step's prefill, so a long prompt arriving no longer stops them for most of a second, at the cost
-of its own time to first token (docs/cache-and-exactness.md, "Prefill beside running streams").
-"""
+Exactness is decided here, by how prompts are cut into llama_decode calls (docs/cache-and-exactness.md,
+"Prefix cache")."""
 
 from __future__ import annotations
 
@@ -38,11 +19,9 @@ from worker.engine.requests import NO_ADAPTERS, AdapterSet
 from worker.engine.sequence import Sequence, SequenceState
 
 # A step with prefill may take this many decode steps' time on top of its decode rows (vLLM's token budget per step
-# has the same aim). The arrivals workload of `bench/run.py throughput` (8 streams, new 400-token prompts), test
-# model, 2 cores: factor 2: ITL p50/p99 111/143 ms, TTFT p50 1,988 ms, 63 tok/s; 4: 80/211, 1,294, 66; 8: 37/371,
-# 1,141, 68; unbounded: 36/656, 2,270, 70. 4 kept p99 within 4x p50 while steps were slow; once patches 0002 and 0006
-# made decode steps ~2.5x faster, 4 gave p99 4.3x and 4.7x p50 (a step with prefill is its decode rows plus the
-# factor), and 3 keeps it within 4x (docs/cache-and-exactness.md, "Prefill beside running streams").
+# has the same aim): every running stream waits for a step's prefill, so a long new prompt no longer stops them for
+# most of a second, at the cost of its own first token. 3 keeps the longest gap between two tokens within 4x the
+# median (docs/cache-and-exactness.md, "Prefill beside running streams").
 STALL_FACTOR = 3.0
 # Weight of the newest step in the running averages of the pace.
 PACE_SMOOTHING = 0.2
@@ -72,7 +51,7 @@ class Pace:
 
     decode_step_s: float = 0.0
     prefill_token_s: float = 0.0
-    switch_s: float = 0.0  # what changing the context's LoRA adapters adds to the call after it (turns.py)
+    switch_s: float = 0.0  # what changing the context's LoRA adapters adds to the call after it (adapter_turns.py)
     # A decode call's time by its rows: what the call after a switch is measured against. The average over all
     # steps will not do: under two adapter sets a call holds half the rows of the steps before it, so the
     # switch's cost would read as nothing and the sets would switch every step.
@@ -228,7 +207,14 @@ class Scheduler:
 
     def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool,
              adapters: AdapterSet = NO_ADAPTERS) -> StepPlan:
-        """`idle`: the engine has had nothing to do for a while, so settling a free slot costs nobody; `adapters`:
+        """The step's calls, laid out alike whatever the load: llama.cpp's numerics for a row follow how its prompt
+        was cut into llama_decode calls, and with one KV stream per slot it re-splits a call that mixes sequences
+        (split_equal). So each prefill chunk is its own call, one sequence's tokens, cut on multiples of the cache's
+        grid (chunk_grid; only a prompt's end falls between) and never a lone last row where the grid leaves room;
+        decode rows share one call, by slot order. llama.cpp applies LoRA adapters to a whole context, so a step
+        runs under one adapter set and the sets take turns (adapter_turns.py says when a turn ends).
+
+        `idle`: the engine has had nothing to do for a while, so settling a free slot costs nobody; `adapters`:
         the LoRA adapter set the context holds now."""
         working = [seq for seq in running if seq.state in (SequenceState.PREFILLING, SequenceState.DECODING)]
         wanted = list(dict.fromkeys(seq.request.adapters for seq in working))

@@ -1,9 +1,6 @@
 """What one sampled token adds to a request's answer: its text, its released log probabilities, and whether the
-answer ends there; and the end-of-thinking marker written for a reasoning that spent its budget.
-
-No llama.cpp here: the runner draws the token and hands it over; the model enters only as two lookups (is a token
-an end of generation, what bytes it spells), so the rules below run in unit tests without a model.
-"""
+answer ends there; and the end-of-thinking marker for a reasoning that spent its budget. No llama.cpp: the model
+enters as two lookups (end of generation, a token's bytes), so the rules run in unit tests without a model."""
 
 from __future__ import annotations
 

@@ -1,21 +1,6 @@
-"""Which llama.cpp library the process loads, chosen per model before llama_cpp is first imported.
-
-llama.cpp's CPU kernels pick their summation order by batch shape: flash attention by the rows of a sequence and
-the cells (tiled from 64 rows, split over the threads for one row past 512 cells), K-quant products by the rows
-(tiled from 8), llamafile's F16/BF16/F32 GEMM by the rows (from 2). A row's logits then follow what runs beside it
-and how its prompt was cut. Our patches to the same llama.cpp (patches/llama.cpp) add a switch,
-GGML_CPU_BATCH_INVARIANT=1, under which each of these takes one order per row whatever the batch, at llama.cpp's own
-speed (docs/cache-and-exactness.md). `make install` builds it (scripts/install-batch-invariant) beside
-llama-cpp-python's own; exact and off modes on the cpu backend load it and turn the switch on, for every weight type
-and LoRA adapter (an adapter's tensors, F16 or F32 as convert_lora_to_gguf.py writes them, are multiplied like
-weights: patch 0004 holds them to one order as it does F16 weights).
-Fast mode keeps llama-cpp-python's own build, and so does exact mode where the patched build is not installed (a
-plain pip install): it then falls back to holding llama.cpp to the kernels that ignore the batch without patches
-(kv_plan.py's pinned attention, ggml_switches.py), which F16/BF16/F32 weights or adapter tensors and unfused
-attention cannot be.
-llama-cpp-python binds its functions when imported, from LLAMA_CPP_LIB_PATH; ggml reads the switch when its CPU
-backend first initializes, which the import may do: both are set before it.
-"""
+"""Which llama.cpp library the process loads, chosen per model before llama_cpp is first imported: our patched
+batch-invariant build, under whose switch every CPU kernel sums a row in one order whatever the batch, or
+llama-cpp-python's own (docs/cache-and-exactness.md, "Prefix cache")."""
 
 from __future__ import annotations
 
@@ -55,7 +40,12 @@ def default_dir() -> Path:
 
 
 def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVARIANT_DIR) -> Library:
-    """The build whose kernels keep this model's rows apart, for this mode and backend."""
+    """The build whose kernels keep this model's rows apart, for this mode and backend. Exact and off modes on the
+    cpu backend take the batch-invariant build for every weight type and LoRA adapter (patch 0004 holds an adapter's
+    F16 or F32 tensors to one order as it does F16 weights). Where `make install` has not built it they fall back to
+    llama-cpp-python's own, held to the kernels that ignore the batch unpatched (kv_plan.py's pinned attention,
+    ggml_switches.py), which F16/BF16/F32 weights or adapter tensors and unfused attention cannot be. Fast mode keeps
+    llama-cpp-python's own."""
     if user := os.environ.get(LIB_PATH_ENV):
         return Library("LLAMA_CPP_LIB_PATH", user, f"{LIB_PATH_ENV} is set")
     default = str(default_dir())
@@ -100,7 +90,9 @@ def has_mtmd(build: Path) -> bool:
 def load_library(library: Library) -> Library:
     """Point llama-cpp-python at the chosen library (and turn the patched one's switch on), and say which one the
     process has: the chosen one, or the one loaded already if llama_cpp was imported before the model was known (a
-    conversion's llama_model_quantize in this process), as a process cannot load a second libllama."""
+    conversion's llama_model_quantize in this process), as a process cannot load a second libllama.
+    llama-cpp-python binds its functions when imported, from LLAMA_CPP_LIB_PATH, and ggml reads the switch when its
+    CPU backend first initializes, which the import may do: both are set before it."""
     if "llama_cpp" not in sys.modules:
         if library.build != "default":
             os.environ[LIB_PATH_ENV] = library.path

@@ -1,20 +1,6 @@
-"""ggml CPU settings that keep a model's weight products independent of how many rows a batch holds.
-
-Exact and off modes need a row's numerics to follow the row alone.
-- On the batch-invariant build (build_choice.py) ggml's GGML_CPU_BATCH_INVARIANT switch does it for every weight
-  type (patches/llama.cpp): K-quant rows sum in the tiled matmul's order whether 1 or 8+ rows, llamafile's GEMM
-  takes one row too. Whether the switch is on is asked of the loaded library itself (ggml_cpu_batch_invariant,
-  which only the patched library exports), after ggml read it.
-- Without it (the fallback), measured on llama-cpp-python's own build with bench/probes/kvrule.py
-  (bench/probes/RESULTS.md, "weight types"): K-quant and IQ weights go through ggml's tiled matmul from 8 rows and
-  through vec_dot below, which sum in another order. GGML_CPU_TILED_MM=0 holds them to vec_dot: prefill 0.94x on
-  Q6_K and decode unchanged, where GGML_CPU_TILED_MM_FORCE=1 (tiled for every row, also exact) cost decode 0.80x
-  (bench/probes/prefillspeed.py). ggml reads it once per process, at its first matrix product.
-- Either way, repacked weights compute whole groups of rows in a GEMM and the rest in a GEMV. Q4_0's two agree
-  bitwise; Q4_K's differ, so a model holding a repackable type other than Q4_0 loads its weights as stored
-  (llama.cpp's --no-repack; prefill 0.81x on a Q4_K_M file).
-Types are read from the GGUF's tensor table (tensor_table.py), before llama.cpp loads the weights.
-"""
+"""ggml CPU settings that keep a model's weight products independent of how many rows a batch holds, chosen from
+the GGUF's tensor table (tensor_table.py) before llama.cpp loads the weights (docs/cache-and-exactness.md,
+"Prefix cache")."""
 
 from __future__ import annotations
 
@@ -25,8 +11,11 @@ from pathlib import Path
 
 from worker.engine.exactness.tensor_table import weight_product_types
 
+# "0" holds K-quant and IQ weights to vec_dot for every row where, without the batch-invariant build, ggml's tiled
+# matmul takes 8+ rows in another order; read at its first matrix product (bench/probes/RESULTS.md, "Weight types").
 TILED_MM_ENV = "GGML_CPU_TILED_MM"
-# What ggml-cpu repacks on x86 (repack.cpp) besides Q4_0, whose GEMM and GEMV agree: named as gguf-py names them.
+# What ggml-cpu repacks on x86 (repack.cpp) whose GEMM (whole groups of rows) and GEMV (the rest) differ, unlike
+# Q4_0's: a model holding one loads its weights as stored (bench/probes/RESULTS.md, "Weight types"). gguf-py's names.
 REPACK_DIFFERS = frozenset({"Q4_K", "Q2_K", "IQ4_NL", "MXFP4"})
 
 
@@ -42,7 +31,8 @@ FASTEST = Kernels(tiled_mm=True, repack=True)
 
 def choose_kernels(path: Path, row_invariant: bool, switch_on: bool = False) -> Kernels:
     """The fastest settings, or, where rows must not depend on their batch, the fastest that keep them apart:
-    with ggml's switch on (switch_on: switch_is_on()), tiled K-quant products stay; without it they go."""
+    with ggml's switch on (switch_on: switch_is_on()), K-quant rows sum in the tiled matmul's order whether 1 or 8+
+    rows, so tiled products stay; without it they go."""
     if not row_invariant:
         return FASTEST
     repack = not (set(weight_product_types(path)) & REPACK_DIFFERS)

@@ -1,29 +1,6 @@
 """How attention runs: flash attention or not, and the types of the K and V cells, chosen so that exact mode is exact.
-
-llama.cpp's CPU flash attention (ggml-cpu/ops.cpp) has three kernels, and their sums differ: split-KV for the
-lone query row of one stream over 512+ cells, tiled from 64 query rows, and a per-row kernel between. Left to
-pick by shape, a row's numerics would follow what else is in its batch.
-
-On the batch-invariant build with its switch on (build_choice.py, ggml_switches.py) every row takes the tiled
-kernel's arithmetic, one row or many, and never llama.cpp's split-KV, whose split follows the thread count; a
-decode step spreads fixed 256-cell segments over the threads instead (patches/llama.cpp/0001, 0002, 0005): K and V
-cells in f16, the tiled kernel's type, are exact, as fast as llama.cpp's own picks (docs/cache-and-exactness.md);
-any other pair takes the per-row kernel for every row, also exact.
-
-Without it (the fallback), the tiled and split-KV kernels both need K cells in F16 (or F32) and V cells of the same
-type, so with K in another type, or V in another type than K, every row takes the per-row kernel, which computes
-each row alone over its cells in order: a row's logits no longer depend on the batch, nor on whether its cells were
-made one token at a time or by a prefill (bench/probes/RESULTS.md, "flash attention pinned"). Which pair costs
-least was measured (bench/probes/prefillspeed.py, test model, 1,536-token prompt, tok/s against the shape-picked
-kernels' 407 prefill / 108 decode): K q8_0 + V f16 326 / 106; K bf16 + V f16 322 / 104 (fast only where the CPU has
-AVX512-BF16); K f16 + V bf16 262 / 76; K f32 + V f16 408 / 75. So the fallback runs flash attention with K cells in
-q8_0 (half the bytes of f16, llama.cpp's usual K cache quantization) and V cells in f16; given --cache-type-k f16,
-V goes to bf16.
-
-Exact and off modes compute alike (tests hold their texts equal). Elsewhere than the cpu backend (GPU kernels were
-not measured) they run without flash attention; fast mode leaves flash attention to llama.cpp and keeps f16 cells,
-its fastest.
-"""
+llama.cpp's CPU flash attention picks one of three kernels by batch shape (split-KV, tiled, per-row), whose sums
+differ: exact mode holds every row to one of them (docs/cache-and-exactness.md, "Prefix cache")."""
 
 from __future__ import annotations
 
@@ -33,12 +10,17 @@ from worker.engine.config import EngineConfig
 from worker.engine.modes import CacheMode
 from worker.worker_error import WorkerError
 
-# The cells exact mode stores on the cpu backend when not told: on the batch-invariant build, and in the fallback
-# (see above), with the V type that pins the per-row kernel when K is f16.
+# The cells exact mode stores on the cpu backend when not told. On the batch-invariant build (build_choice.py,
+# patches/llama.cpp 0001, 0002, 0005) every row takes the tiled kernel's arithmetic, never split-KV: f16 is its
+# type, as fast as llama.cpp's own picks; any other pair takes the per-row kernel for every row, also exact.
 INVARIANT_K_TYPE = INVARIANT_V_TYPE = "f16"
+# Without that build (the fallback) the shape-picked kernels need K in F16 (or F32) and V of the same type, so any
+# other pair holds every row to the per-row kernel: K q8_0 with V f16 costs least, and K f16 takes V bf16
+# (bench/probes/RESULTS.md, "Flash attention pinned" and "Which K and V types pin cheapest").
 PINNED_K_TYPE, PINNED_V_TYPE, PINNING_V_TYPE = "q8_0", "f16", "bf16"
 # q8_0 packs 32 values a block: a model whose attention heads are not a multiple of that wide cannot store it, and
-# the fallback then keeps K in f16 with V in bf16 (the other pinned pair; ~0.8x decode, bench/probes/RESULTS.md).
+# the fallback then keeps K in f16 with V in bf16 (the other pinned pair, slower to decode: bench/probes/RESULTS.md,
+# "What the pinned kernel costs").
 Q8_0_BLOCK = 32
 
 
@@ -60,8 +42,10 @@ def config_attention(config: EngineConfig, head_size: int | None = None, batch_i
 def plan_attention(backend: str, rpc: bool, mode: CacheMode, flash_attn: str, cache_type_k: str | None,
                    cache_type_v: str | None, head_size: int | None = None, batch_invariant: bool = False) -> Attention:
     """The attention a context gets, from the flags (a cell type None: not given), once the model is loaded its K
-    head size, and whether ggml's batch-invariant switch is on. Raises WorkerError for flags that would break exact
-    mode's promise, naming what to change."""
+    head size, and whether ggml's batch-invariant switch is on. Exact and off modes compute alike (tests hold their
+    texts equal): pinned flash attention on the cpu backend, none elsewhere (GPU kernels are not held to one per
+    row); fast mode leaves flash attention to llama.cpp with f16 cells, its fastest. Raises WorkerError for flags
+    that would break exact mode's promise, naming what to change."""
     if mode is CacheMode.FAST:
         return Attention(flash_attn, cache_type_k or "f16", cache_type_v or "f16", pinned=False)
     if backend != "cpu" or rpc:

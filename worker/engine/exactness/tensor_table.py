@@ -1,12 +1,5 @@
 """A GGUF's tensor names and ggml types (and any string values asked for), read from its header without loading
-llama.cpp or any weight.
-
-The worker chooses its llama.cpp library (build_choice.py) and ggml settings (ggml_switches.py) from these before
-llama_cpp is imported, so ggml's own reader is out of reach. gguf-py's GGUFReader turns every metadata value into
-numpy arrays first (and loads numpy): 1.5 s for the test model's 49k-token vocabulary, 14 s for a 262k one. This
-walks past the metadata values (their sizes only) to the tensor table, in milliseconds. Layout: ggml's docs/gguf.md,
-little-endian, versions 2 and 3.
-"""
+llama.cpp or any weight: build_choice.py and ggml_switches.py choose from them before llama_cpp is imported."""
 
 from __future__ import annotations
 
@@ -80,7 +73,9 @@ class _Cursor:
 
 
 def tensor_table(path: Path) -> list[Tensor]:
-    """Every tensor the GGUF declares; NotReadable for what is not a GGUF (v2/v3, little-endian)."""
+    """Every tensor the GGUF declares; NotReadable for what is not a GGUF (v2/v3, little-endian: ggml's
+    docs/gguf.md). Walks past the metadata values (their sizes only), in milliseconds, where gguf-py's GGUFReader
+    makes numpy arrays of them first: 1.5 s for the test model's 49k-token vocabulary, 14 s for a 262k one."""
     return _header(path, frozenset())[1]
 
 

@@ -1,12 +1,5 @@
-"""One saved slot's cells as a file: what --kv-dir holds and what POST /slots/{id}?action=save writes.
-
-    magic (8 bytes) | header length (u32 LE) | header (JSON: fingerprint, tokens, exact, bytes) |
-    tokens (int32 LE each) | cells (llama_state_seq_get_data's bytes) | sha256 of everything before it
-
-Written to a temp file, fsynced, renamed into place (user_cache.py's atomic_file): a file appears whole or not
-at all. Read back only whole: a file shorter or longer than its header says, one whose checksum differs, or one
-whose fingerprint is not this worker's (fingerprint.py) raises UnusableFile with the reason, and nothing of it loads.
-"""
+"""One saved slot's cells as a file: what --kv-dir holds and what POST /slots/{id}?action=save writes. A file
+appears whole or not at all, and is read back only whole and checked: nothing of a bad or foreign one loads."""
 
 from __future__ import annotations
 
@@ -23,6 +16,8 @@ from worker.engine.kv.fingerprint import Fingerprint
 from worker.engine.kv.host_cache import SavedCells
 from worker.user_cache import atomic_file
 
+# The layout: magic (8 bytes) | header length (u32 LE) | header (JSON: fingerprint, tokens, exact, bytes) |
+# tokens (int32 LE each) | cells (llama_state_seq_get_data's bytes) | sha256 of everything before it.
 MAGIC = b"LLMWKV1\n"
 LENGTH = struct.Struct("<I")
 DIGEST_BYTES = hashlib.sha256().digest_size
@@ -55,7 +50,8 @@ class Head:
 
 
 def write(path: Path, fingerprint: Fingerprint, saved: SavedCells) -> int:
-    """Write the cells to `path` atomically; returns the file's size."""
+    """Write the cells to `path` atomically (a temp file, fsynced, renamed into place: user_cache.py's atomic_file);
+    returns the file's size."""
     header = json.dumps({"fingerprint": fingerprint.as_dict(), "tokens": len(saved.tokens), "exact": saved.exact,
                          "bytes": saved.size}).encode()
     digest, written = hashlib.sha256(), 0
@@ -75,7 +71,9 @@ def read_head(path: Path, fingerprint: Fingerprint) -> Head:
 
 
 def read(path: Path, fingerprint: Fingerprint) -> SavedCells:
-    """The whole file as cells to load, checked end to end (the checksum too); raises UnusableFile."""
+    """The whole file as cells to load, checked end to end; raises UnusableFile, with the reason, for a file shorter
+    or longer than its header says, one whose checksum differs, or one whose fingerprint is not this worker's
+    (fingerprint.py)."""
     with path.open("rb") as f:
         head, raw = _head(f, fingerprint, path.stat().st_size)
         data = (ctypes.c_uint8 * head.data_bytes)()

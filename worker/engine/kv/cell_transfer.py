@@ -1,16 +1,6 @@
 """KV cells moved between slots, host memory and files: a slot's cells saved before another prompt drops them,
 loaded back when a prompt continues them, one slot's stream copied into another, and a free slot's cells taken for
-a file (--kv-dir, POST /slots/{id}?action=save) or put back from one.
-
-llama.cpp carries out a stream copy only at the next llama_decode, so until then the two slots' bytes are not what
-their cells will hold: such slots are neither saved nor loaded into (`decoded` ends that state).
-
-Loaded cells sit at cell index = position, which the tiled flash-attention kernel needs (its sums follow where
-64-cell tiles and 256-cell segments fall) and the per-row one too (it sums cells in index order):
-llama_state_seq_set_data empties the slot first (seq_rm of all its cells moves the stream's search head to the first
-freed one), and a slot's stream holds only its own sequence's cells, laid from index 0 in position order, so the
-loaded cells are placed from index 0 on, in the order they were saved.
-"""
+a file (--kv-dir, POST /slots/{id}?action=save) or put back from one."""
 
 from __future__ import annotations
 
@@ -34,7 +24,9 @@ class CellTransfer:
         self._copying: set[int] = set()  # slots in a stream copy llama.cpp has not carried out yet
 
     def copy(self, source: int, target: int) -> None:
-        """Copy the source slot's whole stream into the target (llama.cpp does it before the next decode)."""
+        """Copy the source slot's whole stream into the target. llama.cpp does it only at the next llama_decode:
+        until then the two slots' bytes are not what their cells will hold, so they are neither saved nor loaded
+        into (decoded() ends that state)."""
         llama_cpp.llama_memory_seq_cp(self.model.memory, source, target, -1, -1)
         self._copying.update((source, target))
 
@@ -115,6 +107,9 @@ class CellTransfer:
         host.add(saved)  # still whole in host memory: another prompt may find it
         return 0
 
+    # Loaded cells must sit at cell index = position, as a prefill puts them: the attention kernels sum cells in
+    # index order (the tiled one by 64-cell tiles and 256-cell segments). llama_state_seq_set_data empties the slot
+    # first, and a slot's stream holds only its own cells, laid from index 0 in position order, so they go from 0 on.
     def _set(self, slot: int, saved: SavedCells) -> bool:
         loaded = llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size
         if loaded:

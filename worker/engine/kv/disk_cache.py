@@ -1,16 +1,6 @@
-"""--kv-dir: the slots' and host memory's reusable cells on disk, so that the worker that replaces this one starts
-warm.
-
-Every --kv-dir-interval seconds and on drain, the engine hands over what its free slots and its host cache
-(host_cache.py) hold that its mode may reuse (the same cells a slot given to another prompt keeps in host memory);
-each entry becomes one cell file (cell_file.py) named by its fingerprint and tokens, so an entry written before is
-only renewed (its time set to now), and a file whose tokens begin a newer entry's is removed for it. Past the
---kv-dir-size bound the oldest files go first. A worker started on the same folder reads the files of its own
-fingerprint, newest first, as many as its host cache holds, before it reports ready; a later prompt that continues
-one loads it into a slot as it would any host-memory entry. A truncated or corrupt file is skipped with a warning
-and removed (it can never load); one of another fingerprint is skipped with a warning and left, since another
-worker may own it, until the bound removes it.
-"""
+"""--kv-dir: the slots' and host memory's reusable cells on disk, one cell file an entry (cell_file.py), so that the
+worker that replaces this one starts warm; a worker loads only files of its own fingerprint (docs/operations.md,
+"Warm restarts (`--kv-dir`)")."""
 
 from __future__ import annotations
 
@@ -82,7 +72,9 @@ class DiskCache:
 
     def load(self, budget_bytes: int) -> list[SavedCells]:
         """The entries of this fingerprint to put in host memory, oldest first: the newest that fit `budget_bytes`
-        (the host cache's bound). Skips, with a warning each, what must not load."""
+        (the host cache's bound). Skips, with a warning each, what must not load: a truncated or corrupt file is
+        removed (it can never load), one of another fingerprint left (another worker may own it) until the bound
+        removes it. A later prompt that continues an entry loads it into a slot as any host-memory entry."""
         started = time.perf_counter()
         self._remove_stale_parts()
         heads: dict[Path, cell_file.Head] = {}
@@ -124,7 +116,9 @@ class DiskCache:
 
     def write(self, entries: Iterable[SavedCells], still_held: Iterable[list[int]] = ()) -> None:
         """Write the entries no file holds yet; renew the files of the others and of `still_held` (tokens whose
-        cells a slot holds and a file has); then remove the oldest files past the bound."""
+        cells a slot holds and a file has); then remove the oldest files past the bound (--kv-dir-size). The engine
+        calls it every --kv-dir-interval seconds and on drain, with what its free slots and host cache hold that its
+        mode may reuse; a file whose tokens begin a new entry's is removed for it."""
         started = time.perf_counter()
         with self._writing:
             written = renewed = 0

@@ -1,17 +1,6 @@
 """Everything a KV cell's numerics depend on, as one fingerprint: cells saved under one load only under the same.
-
-A saved cell holds what one build of llama.cpp computed for a token on one model file, under one set of ggml
-switches, cell types and attention kernel. Loaded under any other, it would be a wrong cell that exact mode reuses
-as if a fresh prefill had made it, and the text would change. So every saved entry carries the fingerprint of the
-worker that made it (cell_file.py) and a worker loads only entries whose fingerprint equals its own. The parts are
-generic rather than a list of today's switches, so that a new switch, a patched build or a new cell type needs no
-change here: the model file's content hash; the bytes of every llama.cpp library the process mapped (the build,
-its compile flags and any patches, whatever they are); every GGML_* variable in the environment, where ggml reads
-its run-time switches; the C library (libm's functions are in some kernels' scalar tails), the CPU (its instruction
-set picks code paths) and any GPU runtime the process mapped; and the engine's own choices: cache mode, K/V cell
-types, flash attention, cells per sequence, the build loaded and its kernels (tiled matmul, repacking, ggml's
-batch-invariant switch as it took effect), backend, offloaded layers and threads.
-"""
+Loaded under other numerics, a saved cell is a wrong one that exact mode reuses as a prefill's and the text changes,
+so each saved entry carries its maker's fingerprint (cell_file.py) and loads only where it equals the worker's."""
 
 from __future__ import annotations
 
@@ -71,7 +60,11 @@ def _short(value: str | None) -> str:
 
 def engine_fingerprint(model: LlamaModel) -> Fingerprint:
     """The fingerprint of the loaded model's numerics: after the model is loaded (ggml's switches are set then).
-    Hashes the model file unless the source cache already names it by its hash (~0.13 s per 100 MB here)."""
+    Its parts are generic rather than today's switches, so that a new switch, a patched build or a new cell type
+    needs no change here: the libraries' bytes stand for the build, its compile flags and patches; GGML_* for ggml's
+    run-time switches; libc for libm's functions in some kernels' scalar tails; the CPU for the code paths its
+    instruction set picks; then the engine's own choices. Hashes the model file unless the source cache already
+    names it by its hash (~0.13 s per 100 MB here)."""
     config, attention, kernels = model.config, model.attention, model.kernels
     return Fingerprint.of({
         "model_sha256": content_sha256(model.path),

@@ -1,16 +1,6 @@
-"""Slots' cells kept in host memory when their slot goes to another prompt, restored when asked for again.
-
-With more conversations than slots, a conversation's slot is given to another one between its turns, and its
-next turn would prefill its whole history again. llama-server keeps an evicted slot's state in RAM (`--cache-ram`,
-8 GiB by default) and loads it back into a slot when a prompt continues it; so does this. The cells come back as
-the same bytes (`llama_state_seq_get_data` / `llama_state_seq_set_data`, in cell_transfer.py), so exact mode's promise
-holds: only the cells the prefix cache may reuse in its mode are kept (prefix_cache.py), and a restored stream is
-reused as the slot it left would have been. The test model's cells take 17.7 KB each (K q8_0 and V f16, 30
-layers): a 1,000-token conversation is ~17 MB.
-
-Entries are kept oldest first and dropped oldest first past the byte limit; an entry whose tokens begin another's
-is dropped for the longer one, and an entry leaves the cache when it is restored (it is in a slot again).
-"""
+"""Slots' cells kept in host memory when their slot goes to another prompt, restored when asked for again, as with
+llama-server's --cache-ram: the same bytes come back, so exact mode's promise holds (docs/cache-and-exactness.md,
+"More conversations than slots"; what a cell takes: docs/operations.md, "Memory")."""
 
 from __future__ import annotations
 
@@ -34,6 +24,9 @@ class SavedCells:
         return len(self.data)
 
 
+# Holds only cells the prefix cache may reuse in its mode (prefix_cache.worth_saving), the byte limit being
+# --cache-ram. Dropped oldest first past the limit; an entry whose tokens begin another's is dropped for the longer
+# one, and an entry leaves when it is restored (take()).
 class HostCache:
     def __init__(self, limit_mib: int) -> None:
         self.limit_bytes = limit_mib * MIB

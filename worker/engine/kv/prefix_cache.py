@@ -1,37 +1,5 @@
-"""What each slot's KV stream still holds after its request left, and which of it a new prompt may reuse.
-
-A finished request's cells stay in its slot until the slot is needed again. A new
-request goes to the free slot that shares the longest reusable prefix with its
-prompt (least recently used first among equals, so recent conversations survive),
-and only the rest of its prompt is prefilled; but not to a slot whose cells it
-would mostly drop: a prompt that shares only a system prompt with another
-conversation's slot leaves that conversation there for its next turn, and goes to
-the least recently used free slot. When another slot, running or free, holds a
-longer prefix than the chosen one (a shared system prompt, a conversation's
-earlier turn still being answered), that stream is copied into the least recently
-used free slot instead (llama.cpp copies a stream whole, before the next decode),
-if that saves at least COPY_MIN_GAIN tokens of prefill. A slot's cells dropped for
-another prompt are saved to host memory first (host_cache.py, `--cache-ram`), and
-loaded back into a free slot the same way when a prompt continues them. A request
-whose prefix another request is still prefilling waits for those cells rather
-than prefilling the same tokens beside it (scheduler.py).
-
-What "reusable" means depends on the mode:
-- exact: only cells made by prefill chunks that start and end on multiples of
-  the grid, because those are bitwise what a cold prefill of the same tokens makes
-  (bench/probes/kvrule.py measures it); cells made by single-token decode, and a
-  prompt's last partial chunk, are recomputed. Reuse stops at a multiple of the grid,
-  so the chunks after it are aligned too. The grid is ALIGN on the cpu backend, the
-  micro-batch on a GPU (core/scheduler.py, chunk_grid). Where the load-time check
-  (startup/load_check.py) found decode-made cells bitwise equal to prefilled ones,
-  every matching cell, as in fast mode.
-- fast: every matching cell, as llama-server does; greedy text may then differ
-  from a cold run.
-- off: nothing; every prompt is prefilled whole.
-
-Cells belong to the LoRA adapter set they were made under (requests.AdapterSet: adapters and scales): a prompt
-reuses, copies or loads back only cells made under its own set, and shares nothing with any other.
-"""
+"""What each slot's KV stream still holds after its request left, and which of it a new prompt may reuse. Which
+slot a prompt takes and what it starts from, per cache mode: docs/cache-and-exactness.md, "Prefix cache"."""
 
 from __future__ import annotations
 
@@ -49,9 +17,8 @@ from worker.engine.requests import NO_ADAPTERS, AdapterSet
 # weights (Q4_0, Q4_K... on x86) compute rows in groups from the chunk's start: cuts at multiples of 16
 # keep every row in the same group whatever the load, and leave at most 15 cells to recompute.
 ALIGN = 16
-# Prefill a copy from a running slot must save. llama.cpp copies a slot's stream whole: on 2 cores, the test
-# model's 2,048-cell slot in ~9 ms and an 8,192-cell one in ~22 ms, the prefill of 3 to 7 tokens
-# (bench/probes/copycost.py).
+# Prefill a copy from another slot, or a load from host memory, must save: llama.cpp copies a slot's stream whole,
+# which costs the prefill of a few tokens (bench/probes/copycost.py; docs/cache-and-exactness.md, "Prefix cache").
 COPY_MIN_GAIN = 2 * ALIGN
 
 
@@ -90,8 +57,11 @@ def held(tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS, 
 
 class PrefixCache:
     def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None, grid: int = ALIGN) -> None:
-        """`grid`: the positions prefill chunks start and end on, and exact mode's reuse stops at
-        (core/scheduler.py, chunk_grid)."""
+        """Reusable cells, by `mode`: exact, only those made by prefill chunks on the grid, bitwise what a cold
+        prefill makes (bench/probes/kvrule.py), or every matching one where the load-time check found decoded cells
+        equal (startup/load_check.py); fast, every matching cell, as llama-server (greedy text may then differ from
+        a cold run); off, none. `grid`: the positions prefill chunks start and end on, and exact mode's reuse stops
+        at: ALIGN on the cpu backend, the micro-batch on a GPU (core/scheduler.py, chunk_grid)."""
         self.mode = mode
         self.grid = grid
         self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included
@@ -113,8 +83,9 @@ class PrefixCache:
 
     def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord],
                adapters: AdapterSet = NO_ADAPTERS) -> Reuse:
-        """The free slot to run `prompt` (under `adapters`) in and the cells it starts with: its own, or another
-        slot's copied.
+        """The free slot to run `prompt` (under `adapters`) in and the cells it starts with: its own, or, where
+        that saves COPY_MIN_GAIN tokens of prefill, another slot's (running or free) copied, or host memory's
+        loaded, into the least recently used free slot. Only cells made under the same adapter set count.
 
         `running`: what each busy slot's stream holds now (its request's cells so far).
         """

@@ -1,14 +1,6 @@
 """LoRA adapters: loaded once onto the model (--lora), and set on the context before a call that needs others.
-
-llama.cpp applies adapters to a whole context (llama_set_adapters_lora), not to a sequence, so rows under different
-adapter sets never share a llama_decode: the scheduler groups a step's rows by set (core/scheduler.py), and the
-runner switches the context between its calls through AdapterSwitch. A switch is not free: llama.cpp rebuilds its
-compute schedule at the next decode (sched_reserve), measured in bench/probes/loraswitch.py.
-
-llama.cpp checks an adapter against the model it is loaded onto (general.type adapter, adapter.type lora, the same
-general.architecture, every tensor a base tensor of the same shape); a refusal ends the start with one line that
-names the adapter, what it was made for, and the model.
-"""
+llama.cpp applies adapters to a whole context, not a sequence, so rows under different sets never share a
+llama_decode (docs/models.md, "LoRA adapters")."""
 
 from __future__ import annotations
 
@@ -39,7 +31,9 @@ class LoadedAdapter:
 
 
 def load_adapters(model: llama_cpp.llama_model_p, model_path: Path, loras: tuple[Lora, ...]) -> list[LoadedAdapter]:
-    """Each --lora adapter loaded onto the model, in id order; WorkerError for one that is not for this model."""
+    """Each --lora adapter loaded onto the model, in id order; WorkerError for one that is not for this model.
+    llama.cpp checks it (general.type adapter, adapter.type lora, the same general.architecture, every tensor a base
+    tensor of the same shape); a refusal names the adapter, what it was made for, and the model."""
     loaded: list[LoadedAdapter] = []
     for lora in loras:
         if not lora.path.is_file():
@@ -68,7 +62,9 @@ def _identity(path: Path) -> str:
 
 
 class AdapterSwitch:
-    """The adapter set a context computes under, changed only when a call needs another (engine thread only)."""
+    """The adapter set a context computes under, changed only when a call needs another (engine thread only).
+    The scheduler groups a step's rows by set (core/scheduler.py) and the runner switches between calls: a switch
+    makes llama.cpp rebuild its compute schedule at the next decode (sched_reserve; bench/probes/loraswitch.py)."""
 
     def __init__(self, ctx: llama_cpp.llama_context_p, adapters: list[LoadedAdapter]) -> None:
         self.ctx = ctx

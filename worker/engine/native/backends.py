@@ -1,8 +1,5 @@
-"""What the installed llama.cpp build can run on, read from ggml's backend registry.
-
-The binding has no ggml device API, so this calls libggml through ctypes the
-same way llama-cpp-python loads libllama.
-"""
+"""What the installed llama.cpp build can run on, read from ggml's backend registry. The binding has no ggml device
+API, so this calls libggml through ctypes the same way llama-cpp-python loads libllama."""
 
 from __future__ import annotations
 

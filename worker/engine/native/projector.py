@@ -1,17 +1,5 @@
 """A multimodal projector (--mmproj) through libmtmd: loaded beside the model, images decoded and tokenized, and
-each image chunk encoded into the embeddings the engine decodes at its positions.
-
-llama-cpp-python binds libmtmd in llama_cpp.mtmd_cpp; it loads the libmtmd beside the libllama the process loaded
-(exactness/build_choice.py sets MTMD_CPP_LIB), since libmtmd calls into libllama and must find the same one.
-Decoding an image (stb_image) and tokenizing (mtmd's resizing and its text around each image) may run on any thread,
-as llama-server runs them on its HTTP threads; encoding runs on the engine thread only, within its steps.
-
-What the engine cannot drive yet is refused at load, each with its reason: a projector whose images are decoded
-with non-causal attention (Gemma 3's: the whole image in one llama_decode, which the scheduler's aligned chunks
-would cut), one whose positions are M-RoPE's (Qwen2-VL's: an image takes fewer positions than tokens), and one
-whose image markers are tokens the model's vocabulary lacks (mtmd looks them up, finds none, and would hand the
-model token -1).
-"""
+each image chunk encoded into the embeddings the engine decodes at its positions (docs/models.md, "Vision models")."""
 
 from __future__ import annotations
 
@@ -49,6 +37,9 @@ class Bitmap:
         weakref.finalize(self, mtmd.mtmd_bitmap_free, self.handle)
 
 
+# libmtmd comes from beside the libllama the process loaded (exactness/build_choice.py sets MTMD_CPP_LIB), since it
+# calls into libllama. Decoding an image and tokenizing may run on any thread, as llama-server runs them on its HTTP
+# threads; encoding runs on the engine thread only, within its steps.
 class Projector:
     def __init__(self, path: Path, model: LlamaModel) -> None:
         _check_file(path)
@@ -58,7 +49,7 @@ class Projector:
         params.n_threads = model.config.threads
         params.media_marker = MEDIA_MARKER.encode()
         # No warm-up encode here, on the loading thread: ggml's OpenMP pool belongs to the thread that first
-        # computes, and the engine thread must be that one (docs/development.md: 36 ms a token instead of 11).
+        # computes, and the engine thread must be that one (docs/development.md, "The engine at work").
         params.warmup = False
         self._marker = params.media_marker  # the struct points at these bytes
         ctx = mtmd.mtmd_init_from_file(str(path).encode(), model.model, params)
@@ -82,6 +73,9 @@ class Projector:
         """As llama-server's /v1/models says them; audio is refused by the API for now (it takes images)."""
         return ("text",) + (("image",) if self.vision else ())
 
+    # What the engine cannot drive yet is refused at load, each with its reason: audio, M-RoPE positions (an image
+    # takes fewer positions than tokens), non-causal image attention (a whole image in one llama_decode, which the
+    # scheduler's aligned chunks would cut), and image markers the vocabulary lacks (mtmd would hand the model -1).
     def _check_drivable(self, model: LlamaModel) -> None:
         where = f"--mmproj {self.path}"
         if not self.vision:

@@ -1,10 +1,5 @@
-"""Remote devices: model layers on llama.cpp's ggml-rpc-server processes on other hosts.
-
-This is llama.cpp's own distributed backend (what `llama-server --rpc` does in
-common/arg.cpp): each server is added through the RPC registry's
-`ggml_backend_rpc_add_server` and registered with ggml before the model loads; the
-loader then splits layers over the devices it is given, by their free memory.
-"""
+"""Remote devices: model layers on llama.cpp's ggml-rpc-server processes on other hosts, through llama.cpp's own
+distributed backend, as `llama-server --rpc` does (common/arg.cpp)."""
 
 from __future__ import annotations
 
@@ -51,7 +46,9 @@ def _probe(endpoint: str) -> None:
 
 @functools.cache
 def rpc_devices(endpoints: tuple[str, ...]) -> tuple[int, ...]:
-    """Register each server's devices with ggml (once per process); their ggml_backend_dev_t pointers."""
+    """Register each server's devices with ggml (once per process), through the RPC registry's
+    ggml_backend_rpc_add_server, before the model loads; their ggml_backend_dev_t pointers. The loader then splits
+    layers over the devices it is given, by their free memory."""
     lib = ggml()
     reg = lib.ggml_backend_reg_by_name(b"RPC")
     add_server = _ADD_SERVER(lib.ggml_backend_reg_get_proc_address(reg, b"ggml_backend_rpc_add_server"))

@@ -1,9 +1,6 @@
-"""Token bytes -> streamable text: whole UTF-8 characters, stop strings held back.
-
-Correct by construction: what `feed` returns, concatenated, is exactly the final
-text, and no prefix of a stop string is ever released before it is known not to
-match.
-"""
+"""Token bytes -> streamable text: whole UTF-8 characters, stop strings held back. Correct by construction: what
+`feed` returns, concatenated, is exactly the final text, and no prefix of a stop string is released before it is
+known not to match."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""Log probabilities of a sampled token and its best alternatives, from the model's raw logits.
-
-They describe the model's own distribution (log-softmax over the whole vocabulary, as
-OpenAI and llama-server report), not the sampler chain's truncated, biased one; the
-chain only decides which token was drawn.
-"""
+"""Log probabilities of a sampled token and its best alternatives, from the model's raw logits: the model's own
+distribution (log-softmax over the whole vocabulary, as OpenAI and llama-server report), not the sampler chain's."""
 
 from __future__ import annotations
 

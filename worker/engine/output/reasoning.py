@@ -1,13 +1,5 @@
-"""A thinking model's output, split into its reasoning (<think>…</think>) and its answer.
-
-Models such as Qwen3 and the DeepSeek-R1 distills think first, inside <think>…</think>.
-The split follows llama.cpp's `deepseek` reasoning format: the reasoning either opens
-in the prompt (the template ends the generation prompt with <think>, e.g. Qwen3 with
-enable_thinking) or at the very start of the output; everything up to </think> is
-reasoning, the rest is the answer (its leading whitespace dropped). A reasoning that
-never closes is all reasoning. Tag text is never released early: a possible partial
-tag is held back until the next piece settles it.
-"""
+"""A thinking model's output (Qwen3, the DeepSeek-R1 distills), split into its reasoning (<think>…</think>) and its
+answer, as llama.cpp's `deepseek` reasoning format splits it."""
 
 from __future__ import annotations
 
@@ -46,7 +38,13 @@ def _partial_tag(text: str, tag: str) -> int:
 
 
 class ThinkingSplit:
-    """Decoded text in; answer text out of `feed`, reasoning text gathered for `take_reasoning`."""
+    """Decoded text in; answer text out of `feed`, reasoning text gathered for `take_reasoning`.
+
+    The reasoning opens in the prompt (the template ends the generation prompt with <think>, e.g. Qwen3 with
+    enable_thinking) or at the very start of the output; everything up to </think> is reasoning, the rest is the
+    answer (its leading whitespace dropped), and a reasoning that never closes is all reasoning. Tag text is never
+    released early: a possible partial tag is held back until the next piece settles it.
+    """
 
     def __init__(self, opened_in_prompt: bool) -> None:
         self._phase = _Phase.REASONING if opened_in_prompt else _Phase.START

@@ -1,11 +1,5 @@
-"""A request's SamplingParams as a native llama.cpp sampler chain, and its grammar beside it.
-
-The stage order is llama.cpp's own default (common/sampling.cpp): logit bias,
-penalties, top-k, top-p, min-p, temperature, then the random draw (output/seeded_draw.py:
-seeded with all 64 bits). Neutral settings leave their stage out, so greedy
-stays exactly greedy. A grammar is not a stage of the chain: see grammar.py, and lazy_grammar.py for one
-that waits for its trigger.
-"""
+"""A request's SamplingParams as a native llama.cpp sampler chain, and its grammar beside it, not a stage of the chain
+(constraints/grammar.py; constraints/lazy_grammar.py for one that waits for its trigger)."""
 
 from __future__ import annotations
 
@@ -19,7 +13,9 @@ from worker.engine.requests import SamplingParams
 
 def build_chain(params: SamplingParams, n_vocab: int,
                 draw: SeededDraw | None) -> tuple[llama_cpp.llama_sampler_p, bool]:
-    """The chain, and whether it has a penalty stage (which must first see the prompt).
+    """The chain, and whether it has a penalty stage (which must first see the prompt). Stages in llama.cpp's own
+    default order (common/sampling.cpp): logit bias, penalties, top-k, top-p, min-p, temperature, then the random
+    draw (output/seeded_draw.py). Neutral settings leave their stage out, so greedy stays exactly greedy.
 
     `draw` ends the chain unless the request is greedy; the chain frees its native stage."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())

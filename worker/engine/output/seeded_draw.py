@@ -1,12 +1,6 @@
-"""The sampler chain's last stage: a seeded random draw that uses all 64 bits of the seed.
-
-llama.cpp's own dist stage seeds a 32-bit Mersenne Twister, so seeds that differ only
-above bit 32 (or by 2^32 - 1, its "random" marker) would draw the same text. This stage
-draws the same way (softmax over the candidates the earlier stages left, one uniform
-number, the first candidate whose running sum reaches it), from numpy's PCG64 seeded with
-the whole seed. It is a native llama_sampler whose apply calls back into Python; the
-object must outlive the chain it is added to (the chain frees the llama_sampler itself).
-"""
+"""The sampler chain's last stage: a seeded random draw that uses all 64 bits of the seed. llama.cpp's own dist stage
+seeds a 32-bit Mersenne Twister, so seeds that differ only above bit 32 (or by 2^32 - 1, its "random" marker) would
+draw the same text."""
 
 from __future__ import annotations
 
@@ -26,6 +20,10 @@ def random_seed() -> int:
     return secrets.randbits(64)
 
 
+# Draws as llama.cpp's dist stage does (softmax over the candidates the earlier stages left, one uniform number, the
+# first candidate whose running sum reaches it), from numpy's PCG64 seeded with the whole seed. A native
+# llama_sampler whose apply calls back into Python: the object must outlive the chain it is added to (the chain
+# frees the llama_sampler itself).
 class SeededDraw:
     def __init__(self, seed: int) -> None:
         self._rng = np.random.Generator(np.random.PCG64(seed))

@@ -1,16 +1,5 @@
 """Embeddings (and a reranker's rank scores): a pooled llama context on the same weights, fed on the engine thread
-between generation steps.
-
-Pooling (mean, cls, last) reads a whole input from one ubatch, so that context's batch and ubatch are one size
-and no input may be longer. One decode takes as many waiting inputs as fit, oldest first, each as its own
-sequence of one shared KV stream (the attention mask keeps them apart); the cells are cleared after it.
-
-An input's vector must not depend on what it was batched with. The attention and mean-pooling sums run over
-batch rows (= KV cells) in SIMD lanes, so where an input's rows start changes how its values are grouped:
-16 normalized vectors decoded together came out up to 5e-3 apart from each decoded alone (SmolLM2, AVX-512).
-Starting every input at a multiple of ROW_ALIGN rows, with filler rows of a sequence of their own in between,
-made them equal: mean pooling within 1e-7, last and cls bitwise.
-"""
+between generation steps, each input's vector the same batched or alone (docs/api.md, "Embeddings")."""
 
 from __future__ import annotations
 
@@ -30,7 +19,10 @@ log = structlog.get_logger(__name__)
 
 EMBEDDINGS, RANK = "embeddings", "rank"  # the pooled contexts a model may have: --embeddings', a reranker's head
 Vector = array  # of 'f' (float32): L2-normalized embeddings, or a rank head's raw outputs
-ROW_ALIGN = 16  # a multiple of the widest float vector (AVX-512: 16 lanes); the filler costs up to 15 rows an input
+# Where each input starts in a batch: attention and mean-pooling sum over batch rows in SIMD lanes, so an input's
+# vector follows where its rows start. Inputs start at multiples of the widest float vector (AVX-512: 16 lanes), with
+# filler rows between, and match each alone (docs/api.md, "Embeddings"); the filler costs up to 15 rows an input.
+ROW_ALIGN = 16
 FILLER_TOKEN = 0  # any token of the vocab: the filler sequence's output is never read
 
 
@@ -68,7 +60,12 @@ def check_inputs(inputs: list[list[int]], limit: int) -> None:
 
 
 class Embedder:
-    """Packs waiting inputs into decodes of a pooled context and hands out their outputs (engine thread only)."""
+    """Packs waiting inputs into decodes of a pooled context and hands out their outputs (engine thread only).
+
+    Pooling (mean, cls, last) reads a whole input from one ubatch, so the context's batch and ubatch are one size and
+    no input may be longer. A decode takes as many waiting inputs as fit, oldest first, each its own sequence of one
+    shared KV stream (the attention mask keeps them apart); the cells are cleared after it.
+    """
 
     def __init__(self, pooled: Pooled) -> None:
         self.ctx = pooled.ctx

@@ -1,20 +1,5 @@
-"""Reranking: how relevant each document is to a query, as the served model judges it. Two routes, one per model:
-
-- rank: a GGUF whose `<arch>.pooling_type` is rank carries a classification head (bge-reranker's cls and cls.output;
-  the cls.output Qwen3-Reranker's conversion builds from its LM head's "yes" and "no" rows), which llama.cpp's rank
-  pooling runs in a pooled context of its own, fed between generation steps as embeddings are (embeddings.py).
-  The score is the head's first output, as llama-server reports it.
-- yes-no: every other model is asked the Qwen3-Reranker recipe's question (JUDGE, INSTRUCT) through its own chat
-  template, and scores p(yes) over {yes, no} from its logits after the prompt: sigmoid(logit(yes) - logit(no)),
-  which is what Qwen3-Reranker's head computes. Each document is a prompt-only request of the main scheduler
-  (Request.score_tokens): prefilled in exact mode's chunks beside generation, within the prefill budget that keeps
-  streams moving (core/scheduler.py), its query prefix copied from the slot that prefilled it first
-  (kv/prefix_cache.py), so its score is bitwise the same whatever runs beside it.
-
-A GGUF with a "rerank" chat template (tokenizer.chat_template.rerank, with {query} and {document}: what
-Qwen3-Reranker conversions carry, and what llama-server fills in) gets its prompts from it on either route; a rank
-model without one gets llama-server's [BOS] query [EOS] [SEP] document [EOS].
-"""
+"""Reranking: how relevant each document is to a query, as the served model judges it, by one of two routes: a rank
+GGUF's classification head, or any other model asked Qwen3-Reranker's yes/no question (docs/models.md, "Reranking")."""
 
 from __future__ import annotations
 
@@ -27,6 +12,10 @@ from worker.engine.errors import EmbeddingFailed
 from worker.engine.handle import RequestHandle
 from worker.engine.requests import FinishReason, Request, Scored
 
+# The routes. rank: a GGUF whose `<arch>.pooling_type` is rank carries a classification head, which llama.cpp's rank
+# pooling runs in a pooled context of its own, fed between generation steps as embeddings are (embeddings.py); the
+# score is the head's first output, as llama-server reports it. yes-no: every other model, asked JUDGE and INSTRUCT
+# through its own chat template and scored p(yes) over {yes, no} (relevance(), yes_no_scores()).
 RANK_HEAD, YES_NO = "rank", "yes-no"
 # Qwen3-Reranker's model card, word for word (llama.cpp's conversion writes the same into its rerank template).
 JUDGE = ('Judge whether the Document meets the requirements based on the Query and the Instruct provided. '
@@ -41,7 +30,9 @@ class Reranker:
 
     route: str  # RANK_HEAD or YES_NO
     limit: int  # the most tokens one document's prompt may hold: the rank context's batch, or a slot's context
-    template: str | None  # the GGUF's rerank template, if it has one
+    # The GGUF's rerank template (tokenizer.chat_template.rerank, with {query} and {document}), if it has one, on
+    # either route; a rank model without one gets llama-server's [BOS] query [EOS] [SEP] document [EOS].
+    template: str | None
     yes_no: tuple[int, int] = (-1, -1)  # the yes-no route's tokens
 
 
@@ -57,7 +48,8 @@ def filled(template: str, query: str, document: str) -> str:
 
 
 def relevance(logits: tuple[float, ...]) -> float:
-    """p(yes) over {yes, no} from their logits: sigmoid(yes - no), in a form that cannot overflow."""
+    """p(yes) over {yes, no} from their logits: sigmoid(yes - no), what Qwen3-Reranker's head computes, in a form
+    that cannot overflow."""
     margin = logits[0] - logits[1]
     if margin >= 0:
         return 1.0 / (1.0 + math.exp(-margin))
@@ -68,7 +60,10 @@ def relevance(logits: tuple[float, ...]) -> float:
 async def yes_no_scores(submit: Callable[[Request], RequestHandle], prompts: list[list[int]],
                         yes_no: tuple[int, int], window: int, request_id: str) -> list[float]:
     """Each prompt's relevance, as prompt-only requests of the engine, at most `window` queued or running at once
-    (more would only wait, and fill the queue other requests need). EmbeddingFailed if one got no score."""
+    (more would only wait, and fill the queue other requests need). EmbeddingFailed if one got no score.
+    Each is prefilled in exact mode's chunks beside generation, within the prefill budget that keeps streams moving
+    (core/scheduler.py), its query prefix copied from the slot that prefilled it first (kv/prefix_cache.py): a score
+    is bitwise the same whatever runs beside it."""
     admitted = asyncio.Semaphore(window)
 
     async def one(tokens: list[int]) -> float:

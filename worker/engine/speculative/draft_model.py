@@ -1,11 +1,6 @@
-"""Drafts from a smaller model with the same vocabulary (--model-draft): it continues each sequence greedily.
-
-The draft model has a context of its own, with a KV stream per slot as the target's. Each slot's stream holds
-tokens the draft model has seen; before drafting, the stream keeps its longest prefix in common with the
-sequence's tokens (prompt and output), drops the rest, and decodes what is missing; then the draft model decodes
-its own greedy tokens one at a time, every drafting sequence's row in one call. Its numerics do not matter: a
-draft only proposes, and the target keeps what it would have sampled anyway (speculative/speculator.py).
-"""
+"""Drafts from a smaller model with the same vocabulary (--model-draft): it continues each sequence greedily, in a
+context of its own. Its numerics do not matter: a draft only proposes, and the target keeps what it would have
+sampled anyway (speculative/speculator.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +17,7 @@ from worker.engine.speculative.draft_rule import DraftState, Offer
 from worker.engine.speculative.sequence_view import DraftingSequence
 from worker.worker_error import WorkerError
 
-# The prior acceptance of a draft model's tokens (drafts.Acceptance): a draft model of the same family agrees
+# The prior acceptance of a draft model's tokens (draft_rule.Acceptance): a draft model of the same family agrees
 # with the target most of the time; each sequence's own drafts correct it.
 DRAFT_PRIOR = 0.85
 KIND = 0  # a draft model's drafts are all of one kind

@@ -1,14 +1,6 @@
 """Speculative decoding's rule: how many drafted tokens each sequence puts in a step, from what they cost and how
-often they are accepted. Free of llama_cpp; the runner verifies, prompt_lookup.py and draft_model.py propose.
-
-A sequence's drafts ride in the step's one llama_decode call behind its decode row, so a step with k drafted
-tokens computes k more rows. On the CPU rows are not free (bench/probes/verifycost.py, test model, 2 cores: one
-row 6.3 ms, two 12.4, four 18.9, eight 29.5, sixteen 49), and llama.cpp splits a batch into micro-batches that
-take the same number of rows from each of a run of slots numbered one after another (split_equal): a sequence
-drafting alone beside other decode rows adds a pass over the weights of its own. So a draft is worth its rows
-only when the tokens it is expected to add beat the step's own rate, and the rule asks exactly that, with the
-costs the worker measured on this machine (PassCosts) and each sequence's acceptance so far (Acceptance).
-"""
+often they are accepted. Free of llama_cpp; the runner verifies, prompt_lookup.py and draft_model.py propose
+(docs/speculative.md, "How much to draft: measured, per step")."""
 
 from __future__ import annotations
 
@@ -32,9 +24,8 @@ PRIOR_WEIGHT = 2.0
 SLOWER_BY = 0.02
 # How long a call with drafts may take, at most: the longer of the two. A stream's tokens come a step at a time, so
 # a long call is a pause in every stream it carries, however many tokens it then yields. It binds where a pass's
-# cost per row falls with its rows, so that many sequences each drafting long yields the most tokens per second
-# in a long call; on 2 cores with the test model the costs already keep 8 streams' drafts short (16 rows, ~49 ms),
-# and a lone copying sequence's 16-token draft takes ~52 ms.
+# cost per row falls with its rows; on 2 cores with the test model the costs already keep drafts within it
+# (docs/speculative.md, "How much to draft: measured, per step").
 DRAFT_CALL_MAX_S = 0.1
 DRAFT_CALL_STRETCH = 4.0
 
@@ -189,6 +180,12 @@ class Candidate:
 def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts, least: int) -> dict[int, int]:
     """How many tokens each candidate drafts this step (slot -> count; absent: none).
 
+    A draft rides in the step's decode call behind its sequence's row, so k drafted tokens are k more rows: on the
+    CPU rows are not free, and unequal rows split the call into more passes over the weights (micro_batches;
+    bench/probes/RESULTS.md, "Verifying drafts"). So a draft is worth its rows only when the tokens it is expected
+    to add beat the step's own rate, with the costs measured on this machine (PassCosts) and each sequence's
+    acceptance so far (Acceptance).
+
     `slots`: every decode row's slot, in order; `least`: --draft-min. Weighed: the most promising j candidates
     (by acceptance) all drafting the same count, for each j and count; the same count keeps the call one pass over
     the weights where their slots are neighbours. An option may not slow any sequence down: each decode row's
@@ -223,12 +220,9 @@ def plan_drafts(slots: list[int], candidates: list[Candidate], costs: PassCosts,
 
 # The check on the rule's estimates under load: decode steps' tokens per second, with drafts and without, by the
 # number of decode rows. Where drafting steps yielded less, drafts are planned only every EXPLORE_EVERY-th step
-# at that load, to find out whether that still holds. Measured (bench/speculative.py): open-ended answers at 4
-# streams lost 6-9 % with the estimates alone; at one stream the estimates held (0.98-1.03x), and the check there
-# cost copying answers 1.47x -> 1.29x (a sequence's first drafts, before the copying starts, held back the rest),
-# so one decode row is left to the estimates, but for a draft model: the estimates do not weigh the draft model's
-# own decodes, and a draft model as slow as the target (the tests' Q4_0 copy of the test model) made drafting
-# steps slower than plain ones at one row too.
+# at that load, to find out whether that still holds. One decode row is left to the estimates, which held there,
+# but for a draft model, whose own decodes they do not weigh (docs/speculative.md, "How much to draft: measured,
+# per step").
 YIELD_SMOOTHING = 0.3
 EXPLORE_EVERY = 8
 

@@ -1,21 +1,15 @@
-"""Prompt lookup: a sequence drafts the tokens that followed the last time its latest few tokens appeared.
-
-Answers that copy their input (quotes, code edits, summaries that repeat names) repeat long runs of the prompt,
-and of their own text: the n-gram the sequence ends with, found earlier in prompt + output, predicts what comes
-next. Longer n-grams first (fewer false matches); the most recent occurrence wins. The tokens live in a bytearray,
-four bytes each, so that the search is bytes.rfind (C speed, no index to build per prompt).
-"""
+"""Prompt lookup: a sequence drafts the tokens that followed the last time its latest few tokens appeared. Answers
+that copy their input (quotes, code edits, summaries that repeat names) repeat long runs of the prompt and of their
+own text (docs/speculative.md, "Drafts")."""
 
 from __future__ import annotations
 
 from array import array
 
-# N-gram lengths tried, longest first: how much of its recent text a sequence finds again says how far the
-# match will go on. Greedy answers to bench/speculative.py's prompts, a 16-token draft after the longest match:
-# 16+ matched tokens: the next token right 98 % (copying) / 95 % (open-ended), 12.6 / 12.8 tokens accepted;
-# 6-9: 89 / 77 %, 8.2 / 3.1; 3: 94 / 61 %, 4.9 / 2.7. Two-token matches were right under half the time.
+# N-gram lengths tried, longest first: how much of its recent text a sequence finds again says how far the match
+# will go on; two-token matches were right under half the time (docs/speculative.md, "Drafts").
 NGRAM_SIZES = (16, 8, 4, 3)
-# Each size's prior acceptance (drafts.Acceptance): the geometric per-token rate those measurements give.
+# Each size's prior acceptance (draft_rule.Acceptance): the geometric per-token rate those measurements give.
 NGRAM_PRIORS = {16: 0.96, 8: 0.88, 4: 0.8, 3: 0.75}
 # Occurrences of an n-gram looked at for the longest continuation: the latest is often in the answer's own last
 # lines, with only a few tokens after it, where an older one (in the prompt being copied) has a long run.
@@ -24,7 +18,8 @@ _TOKEN_BYTES = array("i").itemsize
 
 
 class TokenHistory:
-    """A sequence's prompt and output tokens, searchable."""
+    """A sequence's prompt and output tokens, searchable: in a bytearray, four bytes each, so that the search is
+    bytes.rfind (C speed, no index to build per prompt)."""
 
     def __init__(self, tokens: list[int]) -> None:
         self._data = bytearray(array("i", tokens).tobytes())
@@ -37,8 +32,8 @@ class TokenHistory:
 
     def proposal(self, limit: int) -> tuple[list[int], int]:
         """Up to `limit` tokens that followed an earlier occurrence of the history's last n-gram (the longest of
-        NGRAM_SIZES found), and that n: the latest occurrence with `limit` tokens after it, else (within LOOK_BACK
-        occurrences) the one with the most. ([], 0): none found."""
+        NGRAM_SIZES found: longer ones first, for fewer false matches), and that n: the latest occurrence with
+        `limit` tokens after it, else (within LOOK_BACK occurrences) the one with the most. ([], 0): none found."""
         data, size = self._data, _TOKEN_BYTES
         for n in NGRAM_SIZES:
             if len(self) <= n:

@@ -1,11 +1,6 @@
-"""A step's drafts: which decode rows carry drafted tokens behind them, and what each verified draft teaches.
-
-The proposer says what a sequence could draft (prompt lookup: prompt_lookup.py; a draft model: draft_model.py), the rule
-in draft_rule.py says how much of it is worth the step's rows, and the runner verifies: it samples each row with the
-sequence's own chain and keeps drafted tokens while they equal what was sampled. Every kept token is the token
-the sequence would have sampled from those logits anyway, so where a row's logits do not depend on the rows
-beside it (the load-time check, startup/load_check.py) drafts cannot change the text, greedy or seeded.
-"""
+"""A step's drafts: which decode rows carry drafted tokens behind them, and what each verified draft teaches. A kept
+token is the one the sequence would have sampled anyway, so where a row's logits ignore the rows beside it drafts
+cannot change the text (docs/speculative.md, "It never changes the text")."""
 
 from __future__ import annotations
 
@@ -34,7 +29,7 @@ class Proposer(Protocol):
 
     @property
     def priors(self) -> dict[int, float]:
-        """Each kind of draft's prior acceptance (drafts.Acceptance)."""
+        """Each kind of draft's prior acceptance (draft_rule.Acceptance)."""
 
     def offer(self, seq: DraftingSequence, state: DraftState, limit: int) -> Offer:
         """What `seq` (drafting as `state` says) could draft now (at most `limit` tokens; a count of 0: nothing)."""
@@ -78,6 +73,9 @@ TIMED_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 RETIME_EVERY_S = 60.0
 
 
+# The proposer says what a sequence could draft, the rule (draft_rule.py) how much of it is worth the step's rows, and
+# the runner verifies: it samples each row with the sequence's own chain and keeps drafted tokens while they equal
+# what was sampled (whether rows ignore their neighbours: startup/load_check.py, verify_rows_exact).
 class Speculator:
     def __init__(self, config: EngineConfig, proposer: Proposer) -> None:
         self.kind = config.drafting

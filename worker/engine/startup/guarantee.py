@@ -1,14 +1,6 @@
-"""Which promise about greedy text holds where the worker runs, said once at startup: never a silent claim.
-
-The promise rests on kernels that compute a row the same way whatever its batch. On the cpu backend the code holds
-llama.cpp to such kernels (kv_plan.py, ggml_switches.py, build_choice.py) and the load-time check (load_check.py)
-confirms it. A GPU library picks its kernels by batch shape (ggml-cuda's matrix-vector kernels up to 8 rows and
-stream-K tiles beyond, ggml-vulkan's own split by rows), which a check of a few shapes cannot cover: there the
-check's result is reported. What holds there by construction is the cache's part: exact and off modes cut every
-prompt on micro-batches counted from its start, and exact mode reuses whole prefilled micro-batches only
-(core/scheduler.py, chunk_grid), so a prompt computes as its cold prefill does, the same micro-batches over the same
-cells (docs/cache-and-exactness.md, "On a GPU").
-"""
+"""Which promise about greedy text holds where the worker runs, said once at startup: never a silent claim. It rests on
+kernels that compute a row alike whatever its batch, which the code holds llama.cpp to on the cpu backend only
+(exactness/, confirmed by startup/load_check.py; elsewhere: docs/cache-and-exactness.md, "On a GPU")."""
 
 from __future__ import annotations
 
@@ -29,6 +21,10 @@ class Guarantee:
         return self.name == "bitwise"
 
 
+# A GPU library picks its kernels by batch shape (ggml-cuda's matrix-vector kernels up to 8 rows, stream-K tiles
+# beyond), which a check of a few shapes cannot cover: there the check's result is reported, and what holds by
+# construction is the cache's part, prompts cut on whole micro-batches and only those reused (core/scheduler.py,
+# chunk_grid).
 def guarantee(mode: CacheMode, numerics: Numerics, backend: str, rpc: bool) -> Guarantee:
     where = f"the {backend} backend{' with --rpc' if rpc else ''}"
     if mode is CacheMode.FAST:

@@ -1,23 +1,6 @@
-"""Are an answer's KV cells, made one token at a time, bitwise what a prefill of the same tokens makes? Measured.
-
-llama.cpp's CPU numerics for a row depend on the kernels its batch's shape picks: llamafile's
-GEMM (F16, Q8_0, Q4_0... weights, and the attention products over the F16/Q8_0/Q4_0 K cache)
-from two rows on, a one-row path below; K-quant weights another split of their own. Where none
-is in play (a build without GGML_LLAMAFILE, weights that have none, no flash attention), each
-output is one dot product whatever the batch, and the cells an answer made token by token equal
-a cold prefill's (bench/probes/kvrule.py, bench/probes/RESULTS.md): exact mode may reuse answers
-too; and so may it where flash attention is held to its per-row kernel (exactness/kv_plan.py), which keeps
-the attention products out of llamafile's GEMM: every weight type measured then agrees on the
-default build too (bench/probes/RESULTS.md). Which kernels a model and a backend take is not something
-flags and tensor types tell reliably, so the engine asks the numerics: at load it makes one prompt's
-cells both ways in slot 0, in several shapes, and compares the logits that follow them, bitwise, and it
-decodes a row alone and beside another slot's rows, and on cells moved into another slot. It measures on every
-backend and says what it found;
-it trusts a yes only on the CPU backend, whose kernels the code holds to one path per row (exactness/kv_plan.py,
-ggml_switches.py, build_choice.py): a GPU library picks kernels by batch size in ways a few shapes cannot cover.
-With LoRA adapters loaded it measures again under all of them at once, so each adapter's own products (F16 or F32
-matrices, taken by the kernels such weights take: build_choice.py) are measured too; both must agree.
-"""
+"""The load-time check: are an answer's KV cells, made one token at a time, bitwise what a prefill makes, and does a
+row ignore its neighbours and its cells' slot? Flags and tensor types cannot tell which kernels a model takes, so the
+numerics are asked (docs/cache-and-exactness.md, "Prefix cache"); a yes is trusted on the CPU backend alone."""
 
 from __future__ import annotations
 
@@ -53,7 +36,9 @@ class Numerics:
 
     decoded_cells_exact: bool | None  # an answer's cells, made token by token, bitwise what a prefill makes
     batch_invariant: bool | None  # a row's logits the same whatever other sequences share its llama_decode
-    trusted: bool = False  # a yes here stands for every shape: the CPU backend alone, without rpc
+    # A yes here stands for every shape: the CPU backend alone, without rpc, whose kernels the code holds to one path
+    # per row (exactness/); a GPU library picks kernels by batch size in ways a few shapes cannot cover.
+    trusted: bool = False
     # A sequence's rows decoded together (a decode row and its draft) each get a one-token decode's logits;
     # None: not measured (no speculative decoding).
     verify_rows_exact: bool | None = None
@@ -73,7 +58,9 @@ class Numerics:
 
 def measure(model: LlamaModel) -> Numerics:
     """The two measurements exact mode rests on, on any backend; None where a sequence or a micro-batch is too
-    small for the probe. Runs on the engine thread before any request, in slots 0 and 1, which it leaves empty."""
+    small for the probe. Runs on the engine thread before any request, in slots 0 and 1, which it leaves empty.
+    With LoRA adapters loaded it measures again under all of them at once, so that their own F16 or F32 products
+    (exactness/build_choice.py) are measured too: a yes needs both."""
     config = model.config
     if model.n_ctx_seq < PROBE_TOKENS or config.micro_batch < PROBE_TOKENS:
         return Numerics(None, None)
