@@ -1,11 +1,6 @@
 """llama.cpp build variants, read from CMakePresets.json: the one place their CMake flags live.
-
-Everything that compiles llama.cpp asks this module for the flags: `llm-worker
-build-backend`, the Docker build scripts and bench/build_llama_server.sh. It uses the
-standard library only, so a fresh builder (no llama-cpp-python yet) can run it as
-
-    python3 -m worker.build_presets cpu rpc          # prints CMAKE_ARGS: -DGGML_NATIVE=OFF -DGGML_RPC=ON
-    python3 -m worker.build_presets --apt run cpu    # prints the Debian packages the build needs at run time
+Everything that compiles llama.cpp asks this module for them (docs/backends.md, "Builds"); it uses the standard library
+only, so a fresh builder (no llama-cpp-python yet) can run it.
 """
 
 from __future__ import annotations
@@ -96,6 +91,8 @@ def variant(names: list[str] | tuple[str, ...], path: Path = PRESETS_FILE) -> Va
     )
 
 
+# python3 -m worker.build_presets cpu rpc          # prints CMAKE_ARGS: -DGGML_NATIVE=OFF -DGGML_RPC=ON
+# python3 -m worker.build_presets --apt run cpu    # prints the Debian packages the build needs at run time
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m worker.build_presets", description=__doc__.splitlines()[0])
     parser.add_argument("--apt", choices=["build", "run"], help="print the Debian packages instead of CMAKE_ARGS")

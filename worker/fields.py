@@ -1,9 +1,6 @@
-"""The sampling fields requests send, in one table: each field's name, type, range and what it sets.
-
-The table drives the request readers (worker/api/generation_fields.py's read_sampling, for every dialect),
-the OpenAPI document (worker/api/openapi.py writes each field's schema from it, defaults from the
-engine's SamplingParams) and models.toml (worker/source/registry.py takes the names a model may default).
-Routes with narrower rules (the pool-manager contract, Anthropic's ranges) narrow the same rows.
+"""The sampling fields requests send, in one table: each field's name, type, range and what it sets. It drives the
+request readers (api/generation_fields.py), the OpenAPI document (api/openapi.py, defaults from the engine's
+SamplingParams) and models.toml's defaults (source/registry.py); narrower routes narrow the same rows.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Imports that load no more than they must.
-
-Package namespaces whose names are imported on first use (PEP 562): `llm-worker --help` imports the CLI, which
-names its choices from worker.source; a package __init__ that imported every submodule would load numpy, gguf and
-huggingface_hub for it. And single pure-Python modules of other packages, without their package's __init__.
+"""Imports that load no more than they must: package namespaces whose names load on first use (PEP 562), and single
+pure-Python modules of other packages, loaded without their package's __init__.
 """
 
 from __future__ import annotations
@@ -17,7 +14,10 @@ from typing import Any
 
 
 def exports(package: str, names: dict[str, str]) -> Callable[[str], Any]:
-    """A module __getattr__ for `package`: names maps each exported name to the submodule that defines it."""
+    """A module __getattr__ for `package`: names maps each exported name to the submodule that defines it.
+
+    `llm-worker --help` imports the CLI, which names its choices from worker.source: a package __init__ that imported
+    every submodule would load numpy, gguf and huggingface_hub for it."""
 
     def __getattr__(name: str) -> Any:
         if name not in names:

@@ -1,10 +1,5 @@
-"""Which LoRA adapters a generation runs under, as llama-server and vLLM decide it.
-
-The worker holds a scale per adapter (--lora PATH:SCALE, 0 for all with --lora-init-without-apply, changed by
-POST /lora-adapters): a request that names no adapter runs under those, as they are when it arrives, so a change
-reaches the next request and never one already running. A request's `lora` list ([{id, scale}], llama-server's)
-replaces them: adapters it leaves out are off. A `model` that names an adapter (vLLM's way) adds that adapter at
-its flag's scale.
+"""Which LoRA adapters a generation runs under, as llama-server and vLLM decide it: a request's `lora` list, an
+adapter its `model` names, or else the worker's current scales (docs/api.md, "LoRA adapters").
 """
 
 from __future__ import annotations
@@ -44,7 +39,12 @@ class Adapters:
 
     def resolve(self, requested: Mapping[int, float] | None, model: str | None) -> AdapterSet:
         """The set one request runs under: its `lora` list and the adapter its `model` names, or else the worker's
-        current scales."""
+        current scales.
+
+        A `lora` list ([{id, scale}], llama-server's) replaces the worker's scales: adapters it leaves out are off. A
+        `model` that names an adapter (vLLM's way) adds it at its --lora flag's scale. With neither, the scales are read
+        as they are when the request arrives, so a POST /lora-adapters reaches the next request, never a running one.
+        """
         named = self.named(model)
         if requested is None and named is None:
             return AdapterSet.of(dict(enumerate(self.scales)))

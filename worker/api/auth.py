@@ -1,7 +1,5 @@
-"""API-key auth for every route but /health, compared in constant time.
-
-A key comes as `Authorization: Bearer <key>` (OpenAI's clients, the pool manager) or as
-`x-api-key: <key>` (Anthropic's clients); either one that matches lets the request in.
+"""API-key auth for every route but /health, compared in constant time. A key comes as `Authorization: Bearer <key>`
+(OpenAI's clients, the pool manager) or `x-api-key: <key>` (Anthropic's); either one that matches lets a request in.
 """
 
 from __future__ import annotations

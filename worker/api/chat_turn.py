@@ -1,7 +1,6 @@
-"""A generation as the routes run it: the prompt, the sampling (a tool call's grammar set), the answer reader.
-
-For chat, the template's tool-call format decides the rest: how the tools and the history render
-(prompt.py), the grammar of a call (grammar.py), and how calls are read from the answer (parse.py).
+"""A generation as the routes run it: the prompt, the sampling (a tool call's grammar set), the answer reader. For chat,
+the template's tool-call format decides how tools and history render (tools/prompt.py), the grammar of a call
+(tools/grammar.py) and how calls are read from the answer (tools/parse.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""One choice's events into a route's content, as they come: Anthropic's blocks, the Responses API's items.
-
-Both build their answer from the same pieces in the same order (reasoning, text, calls once written whole), and
-stream each addition's events through `send`; a whole answer is the same feed with nothing sent.
+"""One choice's events into a route's content, as they come: Anthropic's blocks, the Responses API's items. Both build
+from the same pieces in the same order and stream each addition through `send`; a whole answer sends nothing.
 """
 
 from __future__ import annotations

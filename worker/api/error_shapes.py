@@ -1,8 +1,5 @@
-"""Failures before a response starts -> one JSON error, in each route family's own shape.
-
-OpenAI routes (and llama-server's token routes) answer {"error": {message, type, param, code, errors}};
-the pool-manager routes answer the contract's {"errors": [{field, constraint, message, value}]};
-Anthropic's /v1/messages answers {"type": "error", "error": {type, message}}.
+"""Failures before a response starts -> one JSON error, in each route family's own shape: OpenAI's {"error": {...}}
+(llama-server's token routes too), the pool-manager contract's {"errors": [...]}, Anthropic's {"type": "error", ...}.
 """
 
 from __future__ import annotations
@@ -93,6 +90,7 @@ def pooled_failure(exc: EmbeddingFailed | asyncio.TimeoutError, timeout_s: float
     return Failure(500, "inference_failed", [Problem("engine", "llama_decode", str(exc))])
 
 
+# OpenAI routes and llama-server's token routes: {"error": {message, type, param, code, errors}}.
 def openai_body(failure: Failure) -> dict:
     kind = "invalid_request_error" if failure.status < 500 else "server_error"
     return {"error": {
@@ -104,6 +102,7 @@ def openai_body(failure: Failure) -> dict:
     }}
 
 
+# The pool-manager contract: {"errors": [{field, constraint, message, value}]}, each with the code.
 def orch_body(failure: Failure) -> dict:
     return {"errors": [{**p.as_dict(), "code": failure.code} for p in failure.problems]}
 

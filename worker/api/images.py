@@ -1,12 +1,6 @@
-"""Images a request sends: read from data: URLs (or base64 blocks), or named by a URL the worker may read
-(media_links.py); their format and size read from the file's header, and the limits held before a single pixel is
-decoded.
-
-stb_image (what libmtmd decodes with) allocates whatever a header claims: a 100 KB PNG can say 50,000 x 50,000 and
-take 7.5 GB to decode. So the header is read here first, and a file over --image-max-bytes or an image over
---image-max-pixels is refused with the limit named. URLs are refused unless the worker was started to read them
-(--media-urls for http(s), --media-path for file://): a worker that fetches any URL it is handed is a way into its
-network.
+"""Images a request sends, inline (data: URLs, base64 blocks) or named by a URL the worker may read (media_links.py),
+checked by their header before a single pixel is decoded; URLs refused unless the worker was started to read them
+(docs/api.md, "Images by URL (off by default)").
 """
 
 from __future__ import annotations
@@ -111,7 +105,10 @@ def too_big(r: Reader, field: str, size: str, media: MediaSettings) -> None:
 
 
 def checked_image(r: Reader, field: str, data: bytes, media: MediaSettings) -> ImageInput | None:
-    """`data` as an image within the limits, by its header alone; None (and a problem) for anything else."""
+    """`data` as an image within the limits, by its header alone; None (and a problem) for anything else.
+
+    stb_image (what libmtmd decodes with) allocates whatever a header claims: a 100 KB PNG can say 50,000 x 50,000
+    and take 7.5 GB to decode, so the header decides before any decoding is done."""
     if len(data) > media.max_bytes:
         too_big(r, field, f"{len(data)} bytes", media)
         return None

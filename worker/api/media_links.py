@@ -1,10 +1,5 @@
 """Images named by URL, read before a turn is prepared: http(s) fetched with aiohttp on the event loop (--media-urls),
 file:// read under --media-path; every failure a problem naming the part, all of a request's reported together.
-
-A fetch is held to the worker's limits as it happens: one total time limit (redirects and body included), a few
-redirects, and the body read in chunks and dropped once it passes --image-max-bytes, so a large (or endless) answer
-costs no more than the limit. What arrives is checked as inline images are (images.checked_image): by its header,
-whatever the server says its content type is.
 """
 
 from __future__ import annotations
@@ -43,6 +38,9 @@ async def read_links(images: tuple[ImageInput | ImageLink, ...], media: MediaSet
     return tuple(image for image in read_images if image is not None)  # all of them, since r.done() passed
 
 
+# Held to the limits as it happens: one total time limit (redirects and body included), MEDIA_MAX_REDIRECTS, and the
+# body read in chunks and dropped once past --image-max-bytes, so a large (or endless) answer costs no more than that.
+# What arrives is checked by its header as inline images are, whatever its content type says.
 async def _fetch(r: Reader, session: aiohttp.ClientSession, link: ImageLink, media: MediaSettings) -> bytes | None:
     field, url = link.field, link.url
     try:

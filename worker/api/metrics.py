@@ -1,7 +1,5 @@
-"""Prometheus metrics: latency histograms, token and request counters, engine gauges.
-
-/metrics serves `Metrics.registry` through prometheus-client's own aiohttp handler (api/app.py),
-which also answers OpenMetrics and gzip when the scraper asks for them.
+"""Prometheus metrics: latency histograms, token and request counters, engine gauges. /metrics serves
+`Metrics.registry` through prometheus-client's own aiohttp handler (api/app.py), OpenMetrics and gzip included.
 """
 
 from __future__ import annotations

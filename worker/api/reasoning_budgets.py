@@ -1,11 +1,6 @@
-"""Reasoning budgets as each API asks for them -> the sampling's reasoning_budget (tokens of thinking).
-
-The engine ends a thinking model's reasoning after that many tokens by writing the end-of-thinking marker for it
-(worker/engine/core/token_output.py); the answer follows. OpenAI's reasoning effort names a budget from
-EFFORT_BUDGETS,
-Anthropic's thinking gives one in budget_tokens (at least ANTHROPIC_MIN_BUDGET, below max_tokens, as Anthropic's
-rules say), and the llama.cpp-style extension `reasoning_budget` gives one directly; unset, the models.toml
-entry's sampling.reasoning_budget applies, if it sets one.
+"""Reasoning budgets as each API asks for them (docs/agents-and-evals.md, "Reasoning budgets") -> the sampling's
+reasoning_budget: tokens of thinking, after which the engine writes the end-of-thinking marker
+(worker/engine/core/token_output.py) and the answer follows.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Structured output fields -> the one GBNF grammar a request samples under, with every problem listed.
-
-OpenAI routes take `response_format` (text, json_object, json_schema) and llama-server's `grammar`;
-/execute takes `grammar` and `json_schema`. At most one constraint per request. Schemas become GBNF by
-the engine's converter (worker.engine.constraints.json_schema); every grammar, given or converted, is then parsed by
-llama.cpp against the model's vocab (`check`), so the engine thread never meets one it cannot build.
+"""Structured output fields (docs/api.md, "Structured output") -> the one GBNF grammar a request samples under, with
+every problem listed; each grammar, given or converted, parsed against the model's vocab so the engine can build it.
 """
 
 from __future__ import annotations
@@ -15,7 +11,8 @@ from typing import Any
 from worker.api.problems import Reader
 from worker.engine import SchemaProblem, object_grammar, schema_grammar
 
-# Engine.grammar_problem: why llama.cpp refuses a grammar, or None. Passing no check skips it (no engine).
+# Engine.grammar_problem: why llama.cpp refuses a grammar, or None. Passing no check skips it (no engine). Every
+# grammar, given or converted, passes it, so the engine thread never meets one it cannot build.
 GrammarCheck = Callable[[str], str | None]
 
 MAX_GRAMMAR_CHARS = 256 * 1024
@@ -46,7 +43,8 @@ def _grammar(r: Reader, field: str, check: GrammarCheck | None) -> str | None:
 
 
 def checked_schema(r: Reader, field: str, schema: Any, check: GrammarCheck | None) -> str | None:
-    """A JSON schema field as GBNF, every problem with it noted in `r` (None then)."""
+    """A JSON schema field as GBNF by the engine's converter (worker.engine.constraints.json_schema), every problem
+    with it noted in `r` (None then)."""
     try:
         text = schema_grammar(schema)
     except SchemaProblem as refused:
@@ -65,7 +63,8 @@ def _one_of(r: Reader, fields: tuple[str, str], grammars: tuple[str | None, str 
 
 
 def openai_grammar(r: Reader, check: GrammarCheck | None) -> str | None:
-    """`response_format` and `grammar` -> the request's grammar (None: unconstrained)."""
+    """`response_format` (text, json_object, json_schema) and llama-server's `grammar` -> the request's grammar
+    (None: unconstrained); at most one of them constrains."""
     grammar = _grammar(r, "grammar", check)
     spec = r.body.get("response_format")
     if spec is None:

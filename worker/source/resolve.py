@@ -1,7 +1,5 @@
-"""Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load.
-
-huggingface_hub and gguf-py load where a hub download or a conversion happens, not here: serving a local
-GGUF or a cached package never imports them (tests/model/test_import_rules.py).
+"""Turn a `--model` value into local weights: fetch (download if needed), then a GGUF file to load. Serving a local GGUF
+or a cached package imports neither huggingface_hub nor gguf-py (tests/model/test_import_rules.py).
 """
 
 from __future__ import annotations

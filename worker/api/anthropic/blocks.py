@@ -1,9 +1,6 @@
 """The answer as Anthropic's content blocks (thinking, text, tool_use), and the stream events that send them.
 
-Both the whole message and the stream are built here from the same pieces in the same order, so a
-stream adds up to the whole answer: a thinking or text block opens when its kind of content first
-comes and closes when another kind starts or the answer ends; a tool_use block comes whole (calls are
-released once written whole), its input as one input_json_delta.
+The whole message and the stream are built here from the same pieces in the same order, so a stream adds up to it.
 """
 
 from __future__ import annotations
@@ -29,7 +26,11 @@ def tool_use(call: Call) -> Block:
 
 
 class Blocks:
-    """The answer's content so far; each addition returns the events that stream it."""
+    """The answer's content so far; each addition returns the events that stream it.
+
+    A thinking or text block opens when its kind of content first comes and closes when another kind starts or the
+    answer ends.
+    """
 
     def __init__(self) -> None:
         self.content: list[Block] = []
@@ -51,6 +52,7 @@ class Blocks:
         return [*events, {"type": "content_block_delta", "index": len(self.content) - 1,
                           "delta": {"type": delta_type, field: text}}]
 
+    # A tool_use block comes whole (calls are released once written whole), its input as one input_json_delta.
     def call(self, call: Call) -> list[Event]:
         events = self.close()
         block = tool_use(call)

@@ -1,7 +1,5 @@
-"""Anthropic's output_config: `format` (a JSON schema the answer follows) as the grammar the answer samples under.
-
-`{"type": "json_schema", "schema": {...}}` goes through the grammar converter that OpenAI's response_format uses
-(worker/api/structured.py), so the same schemas are honored and the same ones refused, with their problems named.
+"""Anthropic's output_config: `format` (a JSON schema the answer follows) as the grammar the answer samples under,
+by OpenAI's response_format converter (worker/api/structured.py), so the same schemas are honored and refused.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A Messages request read into the chat route's terms (a ChatRequest), with every problem listed.
-
-The conversation becomes OpenAI's message form, which the chat template and the tool-calling engine
-read: an assistant's tool_use blocks are its tool_calls (input as a JSON string), each tool_result block
-is a tool message, in the order the blocks came. Thinking blocks from earlier turns are left out, as
-Anthropic leaves them out of the context. A final assistant message is a prefill: the answer continues it.
+"""A Messages request read into the chat route's terms (a ChatRequest), with every problem listed. The conversation
+becomes OpenAI's message form, which the chat template and the tool-calling engine read
+(docs/api.md, "Anthropic's Messages API").
 """
 
 from __future__ import annotations
@@ -73,7 +70,10 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
 
 def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], str, list[ImageInput]]:
     """The chat template's messages (the system prompt first), the prefill, if the last message is the
-    assistant's, and the user messages' images in the order their markers stand in the messages."""
+    assistant's, and the user messages' images in the order their markers stand in the messages.
+
+    Earlier turns' thinking blocks are left out, as Anthropic leaves them out of the context. A final assistant
+    message is a prefill: the answer continues it."""
     messages: list[Message] = []
     images: list[ImageInput] = []
     system = r.body.get("system")
@@ -176,7 +176,8 @@ def _joined(blocks: list[Block]) -> str:
 
 
 def _user_turn(blocks: list[Block]) -> list[Message]:
-    """A user message: its tool results as tool messages and its text as user messages, in their order."""
+    """A user message: its tool results as tool messages and its text as user messages, in the order the blocks
+    came."""
     turn: list[Message] = []
     for block in blocks:
         if block["type"] == "tool_result":
@@ -198,6 +199,7 @@ def _result(block: Block) -> str:
     return f"Error: {text}" if block.get("is_error") else text
 
 
+# An assistant's tool_use blocks are its tool_calls, their input as a JSON string, as OpenAI sends arguments.
 def _assistant_turn(blocks: list[Block]) -> Message:
     calls = [{"id": b["id"], "type": "function",
               "function": {"name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)}}

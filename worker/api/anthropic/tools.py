@@ -1,9 +1,5 @@
-"""A Messages request's tools and tool_choice, read into the tool-calling engine's terms (worker/api/tools).
-
-Anthropic's custom tools are functions: input_schema is their parameters. tool_choice `any` is OpenAI's
-`required`, `tool` names the one function to call, and disable_parallel_tool_use is parallel_tool_calls
-turned off. Anthropic's own tools (web search, bash, the text editor...) run on its side or are trained
-into its models, so they are refused.
+"""A Messages request's tools and tool_choice, read into the tool-calling engine's terms (worker/api/tools): custom
+tools are functions, input_schema their parameters; Anthropic's own tools are refused.
 """
 
 from __future__ import annotations
@@ -45,6 +41,7 @@ def _function(r: Reader, field: str, tool: Any) -> Function | None:
         r.problem(field, "{name, description, input_schema}", f"{field} must be an object", tool)
         return None
     kind = tool.get("type", "custom")
+    # Anthropic's own tools (web search, bash, the text editor...) run on its side or are trained into its models.
     if kind != "custom":
         r.problem(f"{field}.type", "custom", f"{kind!r} tools are not supported: only custom tools ({{name, "
                   "description, input_schema}) are, as Anthropic's own tools run on its side", kind)
@@ -65,7 +62,10 @@ def _function(r: Reader, field: str, tool: Any) -> Function | None:
 
 
 def _choice(r: Reader, names: set[str]) -> tuple[str, str | None, bool]:
-    """tool_choice as (its type, the tool it names, whether several calls may come at once)."""
+    """tool_choice as (its type, the tool it names, whether several calls may come at once).
+
+    `any` is OpenAI's `required`, `tool` names the one function to call, and disable_parallel_tool_use is
+    parallel_tool_calls turned off."""
     raw = r.body.get("tool_choice")
     if raw is None:
         return "auto", None, True

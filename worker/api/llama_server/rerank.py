@@ -1,7 +1,6 @@
-"""POST /v1/rerank and /rerank: a query and documents in, each document's relevance out, best first, in the
-Jina/Cohere shape llama-server and vLLM answer ({model, object, usage, results: [{index, relevance_score,
-document?}]}). Here rather than in openai/: OpenAI has no rerank API, and this shape is llama-server's. How the model
-scores (a rank head, or its own yes/no logits): worker/engine/pooling/rerank.py.
+"""POST /v1/rerank and /rerank: each document's relevance to a query, best first, in the Jina/Cohere shape llama-server
+and vLLM answer (docs/api.md, "Reranking"); here, not in openai/, as OpenAI has no rerank API. How the model scores
+(a rank head, or its own yes/no logits): worker/engine/pooling/rerank.py.
 """
 
 from __future__ import annotations

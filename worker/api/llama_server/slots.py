@@ -1,12 +1,5 @@
-"""llama-server's slot routes, in its shapes: GET /slots (each slot and whether a request holds it) and
-POST /slots/{id_slot}?action=save|restore|erase.
-
-save writes the slot's reusable cells (what its prefix cache would reuse) to a file under --slot-save-path;
-restore loads such a file into the slot, which then serves the prompts that continue it as if a request had left
-those cells there; erase empties the slot. Each waits until no request holds the slot, as llama-server does. A
-file name is a plain name inside that folder (no separator, no leading dot, so no `..` and no absolute path), and
-a file carries the fingerprint of the worker that wrote it (engine/kv/cell_file.py): one that another model,
-build or cell type wrote, or that is truncated or corrupt, is refused and nothing of it loads.
+"""llama-server's slot routes, in its shapes: GET /slots and POST /slots/{id_slot}?action=save|restore|erase, a slot's
+reusable cells to and from a file under --slot-save-path (docs/api.md, "Slots").
 """
 
 from __future__ import annotations
@@ -37,7 +30,8 @@ DISABLED = Failure(404, "slots_disabled", [Problem(
 
 
 def name_problem(name: str) -> str | None:
-    """Why `name` is not a plain file name inside the folder; None: it is."""
+    """Why `name` is not a plain file name inside the folder (no separator, no leading dot, so no `..` and no absolute
+    path); None: it is."""
     if not name:
         return "is empty"
     if len(name.encode()) > MAX_NAME_BYTES:
@@ -59,6 +53,10 @@ async def slots(request: web.Request) -> web.Response:
                                "is_processing": slot in busy} for slot in range(served.facts.parallel)])
 
 
+# save writes the slot's reusable cells (what its prefix cache would reuse); restore loads them into the slot, which
+# then serves the prompts that continue them as if a request had left them; erase empties it. Each waits until no
+# request holds the slot, as llama-server's do. A file carries its writer's fingerprint (engine/kv/cell_file.py): one
+# another model, build or cell type wrote, or truncated or corrupt, is refused and nothing of it loads.
 @routes.post("/slots/{id_slot}")
 async def slot_action(request: web.Request) -> web.Response:
     worker = request.app[WORKER]

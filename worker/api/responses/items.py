@@ -1,10 +1,5 @@
-"""The answer as Responses output items (reasoning, message, function_call), and the stream events that send them.
-
-As Anthropic's blocks (worker/api/anthropic/blocks.py): the whole response and the stream are built here from the
-same pieces in the same order, so a stream adds up to the whole response. A reasoning or message item opens when
-its kind of text first comes (output_item.added, then its one content part) and closes when another kind starts or
-the answer ends (the part's and the item's .done events); a function_call item comes whole, as calls are released
-once written whole: its arguments as one delta.
+"""The answer as Responses output items (reasoning, message, function_call), and the stream events that send them,
+built from the same pieces in the same order, so a stream adds up to the whole response (as anthropic/blocks.py).
 """
 
 from __future__ import annotations
@@ -35,7 +30,10 @@ def function_call(call: Call, status: str = "completed") -> Item:
 
 
 class OutputItems:
-    """The response's output so far; each addition returns the events that stream it."""
+    """The response's output so far; each addition returns the events that stream it.
+
+    A reasoning or message item opens when its kind of text first comes (output_item.added, then its one content
+    part) and closes when another kind starts or the answer ends (the part's and the item's .done events)."""
 
     def __init__(self) -> None:
         self.items: list[Item] = []
@@ -61,6 +59,7 @@ class OutputItems:
         return [*events, self._about(f"{name}.delta", item_id=self.items[-1]["id"], content_index=0, delta=text,
                                      **delta)]
 
+    # A function_call item comes whole, as calls are released once written whole: its arguments as one delta.
     def call(self, call: Call) -> list[Event]:
         events = self.close()
         item = function_call(call)

@@ -1,10 +1,5 @@
-"""A Responses request read into the chat route's terms, with every problem listed under the Responses field names.
-
-The request is translated into a chat completions body (input items -> messages, instructions -> a system message
-first, a stored response's conversation before them, max_output_tokens -> max_tokens, the flat function tools ->
-chat's, text.format -> response_format) and read by the chat route's own parser (parse_chat), so what a Responses
-request may ask, and what it gets, is the chat route's. Problems found by that parser are renamed back to the field
-the client sent.
+"""A Responses request read into the chat route's terms, with every problem listed under the Responses field names
+(docs/agents-and-evals.md, "The Responses API (`/v1/responses`)").
 """
 
 from __future__ import annotations
@@ -45,6 +40,10 @@ class ResponsesRequest:
     stream: bool
 
 
+# The request as a chat completions body (input items -> messages, instructions -> a system message first, a stored
+# response's conversation before them, max_output_tokens -> max_tokens, the flat function tools -> chat's, text.format
+# -> response_format), read by the chat route's own parser, so what a request may ask and gets is the chat route's.
+# That parser's problems are renamed back to the fields the client sent.
 def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams, max_choices: int,
                     check_grammar: GrammarCheck | None, store: ResponseStore, loras: int = 0,
                     intake: MediaIntake = MediaIntake()) -> ResponsesRequest:

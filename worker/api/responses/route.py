@@ -1,7 +1,5 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API as a chat turn.
-
-The request becomes a chat request (request.py) and runs as the chat route runs it (worker/api/chat_turn.py), so
-greedy text, tool calls and reasoning are the chat route's; only the shapes are the Responses API's (items.py).
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API run as the chat route runs a turn
+(worker/api/chat_turn.py), so text, calls and reasoning are the chat route's; only the shapes are its own (items.py).
 """
 
 from __future__ import annotations

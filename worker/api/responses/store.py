@@ -1,8 +1,5 @@
-"""Stored responses (`store: true`), kept in this process's memory for previous_response_id, GET and DELETE.
-
-Bounded by count: past MAX_STORED the least recently stored or used response is dropped, and everything is lost on
-restart (docs/agents-and-evals.md says so). Each holds the conversation up to and including its answer, in the
-chat route's message form, so a continuation renders the same prompt prefix and lands on the slot holding its cells.
+"""Stored responses (`store: true`), kept in this process's memory for previous_response_id, GET and DELETE: each the
+conversation up to its answer, so a continuation renders the same prompt prefix and lands on the slot holding its cells.
 """
 
 from __future__ import annotations
@@ -11,7 +8,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-# At most this many stored responses. Each is bounded by one request's context (a few hundred KiB of text at most).
+# At most this many stored responses, the least recently stored or used dropped first; all are lost on restart
+# (docs/agents-and-evals.md says so). Each is bounded by one request's context (a few hundred KiB of text at most).
 MAX_STORED = 1024
 
 Message = dict[str, Any]

@@ -1,9 +1,5 @@
-"""One choice's answer text as the client gets it: content, and the tool calls read out of it.
-
-Both routes feed a choice's text to an Answer as it arrives (all at once when not streaming) and
-send what it releases, so a streamed answer adds up to the whole one. A tool call is released once
-the model has written it whole: streamed, as OpenAI's deltas, first its index, id, type and name
-(arguments ""), then its arguments.
+"""One choice's answer text as the client gets it: content, and the tool calls read out of it. Both routes feed it the
+text as it arrives and send what it releases, so a streamed answer adds up to the whole one.
 """
 
 from __future__ import annotations
@@ -27,7 +23,8 @@ class Call:
         return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
 
     def deltas(self) -> list[list[dict[str, Any]]]:
-        """OpenAI's streamed form: each item is one chunk's delta.tool_calls."""
+        """OpenAI's streamed form: each item is one chunk's delta.tool_calls, first the index, id, type and name
+        (arguments ""), then the arguments."""
         return [[{"index": self.index, "id": self.id, "type": "function",
                   "function": {"name": self.name, "arguments": ""}}],
                 [{"index": self.index, "function": {"arguments": self.arguments}}]]
@@ -66,7 +63,7 @@ class PlainText:
 
 
 class CallStream:
-    """Tools on offer: text until a call may be opening, calls once written whole (parse.py)."""
+    """Tools on offer: text until a call may be opening, calls once the model has written them whole (parse.py)."""
 
     def __init__(self, syntax: Syntax) -> None:
         self._syntax = syntax

@@ -1,14 +1,6 @@
-"""Which tool-call format a chat template speaks, found as llama.cpp's common/chat.cpp finds it.
-
-llama.cpp looks for marker text in the template source, in this order: `<tool_call>` (Hermes 2 Pro,
-Qwen 2.5/3), `<|start_header_id|>ipython<|end_header_id|>` (Llama 3.1-3.3), `[TOOL_CALLS]`
-(Mistral Nemo); any other template gets the generic JSON form. Each format says how its calls are
-written (parse.py reads them), how a forced call is laid out (grammar.py writes its grammar), and, for
-tool_choice auto, the text that opens a call in a free answer: it wakes the same grammar, lazily.
-
-Control tokens are not written into the answer (the engine's text has none), so a call can only be seen
-opening by its text: Llama 3's `<|python_tag|>` and Mistral's `[TOOL_CALLS]` never show, and those formats
-wake on the JSON that opens the answer, which is where parse.py reads their bare calls.
+"""Which tool-call format a chat template speaks, found by marker text in its source as llama.cpp's common/chat.cpp
+finds it: how its calls are written (parse.py), a forced call's layout (grammar.py), the text that wakes auto's grammar
+(docs/api.md, "Tool calling").
 """
 
 from __future__ import annotations
@@ -49,6 +41,8 @@ class ToolFormat:
 
 HERMES_FORMAT = ToolFormat("hermes", HERMES_OPEN, HERMES, "arguments", lambda calls, _: _either(calls),
                            prefix=HERMES_OPEN + "\n", suffix="\n" + HERMES_CLOSE, repeats="\n", trigger=HERMES_OPEN)
+# Control tokens are not in the engine's text, so Llama 3's <|python_tag|> and Mistral's [TOOL_CALLS] never show: those
+# formats wake on the JSON that opens the answer, where parse.py reads their bare calls.
 # Llama 3.x writes one call per answer: its JSON form has no list.
 LLAMA_3_FORMAT = ToolFormat("llama3", "<|start_header_id|>ipython<|end_header_id|>", LLAMA_3, "parameters",
                             lambda calls, _: _either(calls), trigger='{"name"', trigger_first=True)
@@ -59,6 +53,7 @@ MISTRAL_FORMAT = ToolFormat("mistral", "[TOOL_CALLS]", MISTRAL, "arguments", _li
 GENERIC_FORMAT = ToolFormat("generic", None, GENERIC, "arguments", lambda calls, parallel: {
     "type": "object", "properties": {"tool_calls": _listed(calls, parallel)}, "required": ["tool_calls"]},
     trigger='{"tool_call')
+# In llama.cpp's order, first match wins: Hermes 2 Pro and Qwen 2.5/3, Llama 3.1-3.3, Mistral Nemo; else generic.
 FORMATS = (HERMES_FORMAT, LLAMA_3_FORMAT, MISTRAL_FORMAT)
 
 

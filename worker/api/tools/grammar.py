@@ -1,13 +1,5 @@
-"""The GBNF grammar of a tool call, per format: of a forced one (tool_choice required, or a named function), and
-the lazy one of tool_choice auto, which constrains a call once the answer opens one.
-
-Each callable function's call is a JSON schema, {"name": <its name>, <arguments key>: <its parameters>},
-the format's body holds them (an alternation, a list, {"tool_calls": [...]}), and the engine's converter
-(worker.engine.constraints.json_schema) turns that into GBNF; the format's text around the JSON (Hermes'
-<tool_call> tags, Mistral's [TOOL_CALLS]) is then wrapped around the converter's root rule. So a
-forced call's arguments validate against the function's schema by construction. Each function's
-parameters sit under $defs and are referenced, their own local references moved there with them:
-the converter resolves references along object keys only, not through anyOf's list.
+"""The GBNF grammar of a tool call, per format: of a forced one (tool_choice required, or a named function), and the
+lazy one of tool_choice auto, which constrains a call once the answer opens one (docs/api.md, "Tool calling").
 """
 
 from __future__ import annotations
@@ -30,6 +22,12 @@ _SPACE_RULE = '( " " | "\\n"{1,2} [ \\t]{0,20} )?'
 
 def call_grammar(fmt: ToolFormat, tools: Tools, lazy: bool = False) -> str:
     """The answer: one call (or several, when parallel) of the offered functions, in the format's syntax.
+
+    Each function's call is a JSON schema, {"name": <its name>, <arguments key>: <its parameters>}, the format's body
+    holds them, the engine's converter (worker.engine.constraints.json_schema) makes that GBNF, and the format's text
+    (Hermes' <tool_call> tags, Mistral's [TOOL_CALLS]) is wrapped around its root rule: a forced call's arguments
+    validate against the function's schema by construction. Each function's parameters sit under $defs, referenced,
+    as the converter resolves references along object keys only, not through anyOf's list.
 
     `lazy` (tool_choice auto): the answer from the call's opening on, which the root starts with `fmt.trigger`:
     a prefix that is a control token is left out (no text shows it, so the grammar wakes after it), and the

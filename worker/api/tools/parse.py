@@ -1,12 +1,5 @@
-"""Tool calls out of a model's answer, per call syntax; what is not a well-formed call stays text.
-
-A syntax is a few openers (where a call may begin) and, for each, a reader that takes the call from
-there. `scan` walks the text from opener to opener: a region that reads as calls becomes calls, one
-that does not stays text, and the whitespace beside a call goes with it. Scanning part of an answer
-(`final=False`) settles only what more text cannot change: it stops before a call that is not
-complete yet, before a tail that may still grow into an opener, and before trailing whitespace
-(a call may follow it). So the pieces settled as tokens arrive add up to exactly what one scan of
-the whole answer finds: streamed and whole answers agree by construction.
+"""Tool calls out of a model's answer, per call syntax; what is not a well-formed call stays text. Part of an answer
+settles only what more text cannot change, so streamed and whole answers agree by construction.
 """
 
 from __future__ import annotations
@@ -66,6 +59,7 @@ class Opener:
         return self.pattern.match(text, _skipped(_SPACE, text, pos)) if blank else None
 
 
+# A syntax: a few openers (where a call may begin), each with a reader that takes the call from there.
 @dataclass(frozen=True)
 class Syntax:
     openers: tuple[Opener, ...]
@@ -92,7 +86,11 @@ class Scan:
 def scan(syntax: Syntax, text: str, *, final: bool, context: Context = Context()) -> Scan:
     """Settle `text`, an answer or the rest of one (`context`: what came before it).
 
-    A call's surrounding whitespace goes with it, except that content on both sides stays apart as written.
+    The text is walked from opener to opener: a region that reads as calls becomes calls, one that does not stays
+    text. A call's surrounding whitespace goes with it, except that content on both sides stays apart as written.
+    With `final=False` the scan stops before a call not complete yet, before a tail that may still grow into an
+    opener, and before trailing whitespace (a call may follow it): the pieces settled as tokens arrive add up to
+    exactly what one scan of the whole answer finds.
     """
     blank, after_call, gap = context.blank, context.after_call, context.gap
     content: list[str] = []

@@ -1,11 +1,5 @@
-"""The conversation as the chat template gets it: tool calls and results in the history, tools on offer.
-
-A template that writes tool calls (it reads `tool_calls`) gets an assistant's calls as Hugging Face
-templates expect them, arguments as a JSON object (OpenAI sends a string; one that does not parse
-as an object is passed on as sent). A template written without tools gets, as llama.cpp's template
-polyfills give it, each call as text in the generic JSON form and each tool result as a user message
-holding {"tool_response": ...}. Where the format is the generic one, a system message (the fallback
-prompt) lists the tools, unless the template lists them itself, and asks for that JSON form.
+"""The conversation as the chat template gets it: tool calls and results in the history, tools on offer, in the
+template's own way or as llama.cpp's template polyfills give them (docs/api.md, "Tool calling").
 """
 
 from __future__ import annotations
@@ -28,6 +22,8 @@ CALL_ASK = ("To call tools, reply with only this JSON and nothing else:\n" + CAL
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 
 
+# Where the format is the generic one, a system message (the fallback prompt) lists the tools, unless the template
+# lists them itself, and asks for that JSON form.
 def template_messages(messages: list[Message], fmt: ToolFormat, template: str | None,
                       tools: Tools | None) -> list[Message]:
     names = {call["id"]: call["function"]["name"] for m in messages for call in m.get("tool_calls", ())}
@@ -38,6 +34,8 @@ def template_messages(messages: list[Message], fmt: ToolFormat, template: str | 
     return _with_system(shown, CALL_ASK if lists_tools(template) else _tool_list(tools) + "\n\n" + CALL_ASK)
 
 
+# A template that writes tool calls (it reads `tool_calls`): an assistant's calls as Hugging Face templates expect them,
+# arguments as a JSON object (OpenAI sends a string; one that does not parse as an object is passed on as sent).
 def _native(message: Message, fmt: ToolFormat) -> Message:
     if "tool_calls" in message:
         return {**message, "tool_calls": [
@@ -49,6 +47,8 @@ def _native(message: Message, fmt: ToolFormat) -> Message:
     return message
 
 
+# A template written without tools, as llama.cpp's polyfills: each call as text in the generic JSON form, each tool
+# result as a user message holding {"tool_response": ...}.
 def _as_text(message: Message, names: dict[str, str]) -> Message:
     if "tool_calls" in message:
         calls = [{"name": c["function"]["name"], "arguments": _object(c["function"]["arguments"])}

@@ -1,9 +1,5 @@
-"""A chat request's tools, tool_choice and parallel_tool_calls, and the tool calls and results in its history.
-
-Only function tools exist here (OpenAI's other kinds run on OpenAI's side). tool_choice `none` leaves the
-tools out altogether: not shown to the model, its answer not read for calls. `required` and a named
-function force a call (see grammar.py); their functions' parameters must then be schemas the grammar
-converter honors in full, as response_format's are.
+"""A chat request's tools, tool_choice and parallel_tool_calls, and the tool calls and results in its history. Only
+function tools exist here: OpenAI's other kinds run on OpenAI's side.
 """
 
 from __future__ import annotations
@@ -46,7 +42,8 @@ class Tools:
 
 
 def read_tools(r: Reader) -> Tools | None:
-    """The request's tools; None when there are none to offer (no tools, or tool_choice none)."""
+    """The request's tools; None when there are none to offer (no tools, or tool_choice none: the tools are not shown
+    to the model, and its answer is not read for calls)."""
     raw = r.body.get("tools")
     functions: list[Function] = []
     schema_fields: dict[str, str] = {}
@@ -70,7 +67,8 @@ def read_tools(r: Reader) -> Tools | None:
 
 
 def check_forced(r: Reader, tools: Tools, schema_fields: dict[str, str]) -> None:
-    """A forced call's arguments are generated under the grammar of their schema: it must convert in full.
+    """A forced call's arguments (tool_choice required, or a named function) are generated under the grammar of their
+    schema (grammar.py): it must convert in full, as response_format's must.
 
     `schema_fields`: where each function's schema sits in the request, to name it in a problem."""
     if not tools.forced:

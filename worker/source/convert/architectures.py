@@ -1,8 +1,5 @@
-"""Supported architectures as data: GGUF keys from config.json, and each family's tensor quirks.
-
-Each entry follows llama.cpp's own converter (conversion/*.py at 0c1e570) for that family:
-the same keys, the same defaults, the same tensor transforms, so that llama.cpp loads our
-files exactly as it loads its own.
+"""Supported architectures as data: GGUF keys from config.json, and each family's tensor quirks, each as llama.cpp's own
+converter (conversion/*.py at 0c1e570) has them, so that llama.cpp loads our files exactly as it loads its own.
 """
 
 from __future__ import annotations

@@ -1,10 +1,5 @@
-"""Converted models in the user cache: keyed by their inputs, written atomically, one writer at a time.
-
-The key hashes what the conversion reads (config and tokenizer files whole, each weights
-file's header and size), the converter's version and the output type, so an edited folder
-converts again and an unchanged one is reused at once. A file lock (flock) per key makes a
-second worker that asks for the same model wait for the first one's result instead of
-converting it again beside it.
+"""Converted models in the user cache: keyed by their inputs, written atomically, one writer at a time
+(docs/models.md, "SafeTensors models").
 """
 
 from __future__ import annotations
@@ -73,7 +68,11 @@ def _cached(target: Path, key: str, make: Callable[[Path], None]) -> Path:
 
 
 def converted_model(folder: Path, conversion: Conversion = Conversion(), progress: ProgressFn | None = None) -> Path:
-    """The GGUF of a Hugging Face folder, converted (and quantized) once, then served from the cache."""
+    """The GGUF of a Hugging Face folder, converted (and quantized) once, then served from the cache.
+
+    The key hashes what the conversion reads (config and tokenizer files whole, each weights file's header and size),
+    the converter's version and the output type: an edited folder converts again, an unchanged one is reused at once.
+    A flock per key makes a second worker asking for the same model wait for the first one's file, not convert too."""
     folder = folder.resolve()
     parts = [p for name, data in input_signature(folder) for p in (name, data)]
     key = _key(CONVERTER_VERSION, conversion.out_type, *parts)

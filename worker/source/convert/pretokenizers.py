@@ -1,15 +1,12 @@
-"""BPE pre-tokenizer identities, as llama.cpp names them (tokenizer.ggml.pre).
-
-llama.cpp cannot read a tokenizer.json pre-tokenizer; it implements a fixed set of them by
-name. Its converter tells which one a tokenizer uses by encoding CHECK_TEXT and hashing the
-token ids; this table is that converter's (conversion/base.py, get_vocab_base_pre, llama.cpp
-0c1e570), copied so that our files name the same pre-tokenizer llama.cpp's would. Two hashes
-appear twice there (bert-bge then jina-v2-en, mpt then olmo); its checks are a chain of `if`s,
-so the later name wins, and only that one is kept here.
+"""BPE pre-tokenizer identities, as llama.cpp names them (tokenizer.ggml.pre): llama.cpp implements a fixed set by name
+and cannot read a tokenizer.json pre-tokenizer, so our files must name the one llama.cpp's converter would.
 """
 
 CHECK_TEXT = '\n \n\n \n\n\n \t \t\t \t\n  \n   \n    \n     \n🚀 (normal) 😶\u200d🌫️ (multiple emojis concatenated) ✅ 🦙🦙 3 33 333 3333 33333 333333 3333333 33333333 3.3 3..3 3...3 កាន់តែពិសេសអាច😁 ?我想在apple工作1314151天～ ------======= нещо на Български \'\'\'\'\'\'```````""""......!!!!!!?????? I\'ve been \'told he\'s there, \'RE you sure? \'M not sure I\'ll make it, \'D you like some tea? We\'Ve a\'lL'  # noqa: E501 (llama.cpp's own text, byte for byte)
 
+# sha256 of the token ids of CHECK_TEXT -> the name: llama.cpp's converter's table (conversion/base.py,
+# get_vocab_base_pre, llama.cpp 0c1e570). Two hashes appear twice there (bert-bge then jina-v2-en, mpt then olmo); its
+# checks are a chain of `if`s, so the later name wins, and only that one is kept here.
 PRE_TOKENIZERS: dict[str, str] = {
     "b6e8e1518dc4305be2fe39c313ed643381c4da5db34a98f6a04c093f8afbe99b": "chatglm-bpe",
     "81d72c7348a9f0ebe86f23298d37debe0a5e71149e29bd283904c02262b27516": "chatglm-bpe",

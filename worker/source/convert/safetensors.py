@@ -1,8 +1,5 @@
-"""A torch-free SafeTensors reader: headers up front, one tensor's bytes at a time.
-
-Each tensor is read with a plain file read into its own array (no mmap), so a
-conversion holds one tensor in memory, not the model, and the page cache of the
-input does not count against the process.
+"""A torch-free SafeTensors reader: headers up front, one tensor's bytes at a time, so a conversion holds one tensor in
+memory, not the model.
 """
 
 from __future__ import annotations
@@ -37,7 +34,8 @@ class TensorInfo:
     nbytes: int
 
     def read(self) -> np.ndarray:
-        """The tensor as float32, whatever it is stored as."""
+        """The tensor as float32, whatever it is stored as, read with a plain file read into its own array (no mmap):
+        the page cache of the input does not count against the process."""
         np_dtype, _ = DTYPES[self.dtype]
         count = self.nbytes // np_dtype.itemsize
         data = np.fromfile(self.path, dtype=np_dtype, count=count, offset=self.offset)

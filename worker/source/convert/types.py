@@ -1,7 +1,5 @@
-"""The output types a conversion can write, the ones llama.cpp's quantizer can make from it, and a Conversion.
-
-Names only, so the CLI offers them and serve passes a Conversion without importing gguf (write.py looks its enums
-up by name) or llama.cpp (the quantizer is handed in).
+"""The output types a conversion can write, the ones llama.cpp's quantizer can make from it, and a Conversion: names
+only, so the CLI and serve import neither gguf (write.py looks its enums up by name) nor llama.cpp (handed in).
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""The tokenizer into GGUF: BPE from tokenizer.json, SentencePiece from tokenizer.model.
-
-Token lists follow llama.cpp's converter (get_vocab_base, _create_vocab_sentencepiece);
-merges, special token ids, add-BOS/EOS flags and the chat template come from gguf-py's
-SpecialVocab, which reads tokenizer.json, tokenizer_config.json and config.json.
+"""The tokenizer into GGUF: BPE from tokenizer.json, SentencePiece from tokenizer.model, token lists as llama.cpp's
+converter makes them (get_vocab_base, _create_vocab_sentencepiece).
 """
 
 from __future__ import annotations
@@ -130,6 +127,8 @@ def read_vocab(folder: Path, vocab_size: int | None) -> Vocab:
                       "tokenizer files")
 
 
+# Merges, special token ids, add-BOS/EOS flags and the chat template come from gguf-py's SpecialVocab, which reads
+# tokenizer.json, tokenizer_config.json and config.json.
 def write_vocab(writer: gguf.GGUFWriter, vocab: Vocab, folder: Path, add_space_prefix: bool | None) -> None:
     writer.add_tokenizer_model(vocab.model)
     writer.add_tokenizer_pre(vocab.pre)

@@ -1,8 +1,5 @@
-"""Hugging Face folder -> GGUF file, streamed: plan every tensor from the headers, then write one at a time.
-
-The GGUF header needs every tensor's name, type and size before the first byte of data,
-so conversion is two passes: the plan (from SafeTensors headers alone) and the write
-(read one tensor, transform, cast, append, drop it). Peak memory is one tensor, not the model.
+"""Hugging Face folder -> GGUF file, streamed: plan every tensor from the SafeTensors headers (the GGUF header needs
+each one's name, type and size first), then read, transform, cast and append one at a time. Peak memory: one tensor.
 """
 
 from __future__ import annotations
