@@ -19,6 +19,10 @@ CPU_UBATCH_SIZE = 256
 # runs are where drafts pay on the CPU (speculative/draft_rule.py), and the rule there cuts each draft to what pays.
 DRAFT_MAX = 16
 
+# Drafts on a model with a recurrent state (Mamba, the recurrent half of a hybrid) are undone through snapshots
+# llama.cpp keeps of every slot's state (n_rs_seq), one a token: a draft there is at most this long.
+ROLLBACK_SNAPSHOTS = 4
+
 
 @dataclass(frozen=True)
 class Lora:

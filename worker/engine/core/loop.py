@@ -22,6 +22,7 @@ from worker.engine.kv.cell_transfer import CellTransfer
 from worker.engine.kv.host_cache import HostCache, SavedCells
 from worker.engine.kv.prefix_cache import PrefixCache
 from worker.engine.modes import CacheMode, SpecType
+from worker.engine.native.memory import Cuts
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.pooling.embeddings import EMBEDDINGS, RANK, Embedder, EmbeddingJob
@@ -69,7 +70,8 @@ class EngineLoop:
         self._stopping = False
         host = HostCache(self.config.cache_ram) if self.config.cache_ram else None
         budget = chunk_budget(self.config)
-        self.cache = PrefixCache(cache_mode, self.config.parallel, host, chunk_grid(self.config))
+        self.cache = PrefixCache(cache_mode, self.config.parallel, host, chunk_grid(self.config),
+                                 model.memory_kind.cuts_anywhere)
         pace = Pace()
         self._scheduler = Scheduler(self.cache, budget, pace)
         self.speculator = speculator(model)
@@ -311,14 +313,16 @@ class EngineLoop:
 
 
 def speculator(model: LlamaModel) -> Speculator | None:
-    """The worker's speculative decoding, as --spec-type asks; None: none."""
-    config = model.config
-    if config.drafting is SpecType.NONE or config.draft_max == 0:
+    """The worker's speculative decoding, as --spec-type asks and the model's memory allows; None: none (a recurrent
+    state without snapshots cannot undo a rejected draft: startup says so)."""
+    config, memory = model.config, model.memory_kind
+    if config.drafting is SpecType.NONE or config.draft_max == 0 or memory.cuts is Cuts.WHOLE:
         return None
+    draft_max = config.draft_max if memory.cuts_anywhere else min(config.draft_max, memory.rollback)
     if config.drafting is SpecType.DRAFT:
         assert config.model_draft is not None, "--spec-type draft needs --model-draft (settings.py refuses it without)"
-        return Speculator(config, DraftModel(config.model_draft, config, model))
-    return Speculator(config, PromptLookup())
+        return Speculator(config, DraftModel(config.model_draft, config, model), draft_max)
+    return Speculator(config, PromptLookup(), draft_max)
 
 
 def _finish_waiting(seq: Sequence, reason: FinishReason, message: str, events: Events) -> None:

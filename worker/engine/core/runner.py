@@ -75,17 +75,33 @@ class ModelRunner:
 
     def start(self, admission: Admission) -> None:
         """Give a sequence its slot, its cached prefix and its sampler chain."""
-        seq, slot, reuse = admission.sequence, admission.slot, admission.reuse
-        self.cells.save_dropped(slot, 0 if admission.source is not None or admission.saved is not None else reuse)
-        self.cache.claim(slot)
-        if admission.source is not None:
+        seq, slot, reuse, source = admission.sequence, admission.slot, admission.reuse, admission.source
+        own = source is None and admission.saved is None  # it reuses the slot's own cells
+        self.cells.save_dropped(slot, reuse if own else 0)
+        # A recurrent state goes on from a checkpoint where the prompt stops sharing a slot's cells short of their
+        # end (kv/checkpoints.py): the slot's own, the copy source's, or those saved with cells in host memory.
+        saved = admission.saved
+        holder = self.cache.record_of(saved) if saved is not None else self.cache.record(
+            slot if source is None else source)
+        checkpoint = self.cache.checkpoint(holder, reuse)
+        self.cache.claim(slot, reuse if own else 0)
+        if source is not None:
             # llama.cpp copies another slot's stream only whole, before the next llama_decode: the source's
             # cells up to now, which its own next token does not touch.
-            self.cells.copy(admission.source, slot)
-        if admission.saved is not None:
-            reuse = self.cells.restore(slot, admission.saved, admission.reuse)
-        # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them.
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, reuse, -1)
+            self.cells.copy(source, slot)
+        if saved is not None:
+            reuse = self.cells.restore(slot, saved, admission.reuse)
+        if not own:
+            self.cache.share_checkpoints(holder, slot, reuse)
+        if checkpoint is not None and not self.cells.resume(slot, checkpoint):
+            self.cells.empty(slot)
+            reuse = 0
+        # Cells past the reused prefix belong to an earlier request (or the copy's source): drop them. The prefix
+        # cache reuses a recurrent state only whole or from a checkpoint, so the cut is one its memory allows; were
+        # it refused, the prompt is prefilled whole rather than continue a state that does not end where it begins.
+        if not self.cells.cut(slot, reuse):
+            self.cells.empty(slot)
+            reuse = 0
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
@@ -118,8 +134,10 @@ class ModelRunner:
         for seq, draft in steps:
             rows.append(Row(seq.generated[-1], seq.n_past, seq, True))
             rows.extend(Row(token, seq.n_past + 1 + i, seq, True) for i, token in enumerate(draft))
+        if len(continuing := self._continuing(rows, events)) < len(rows):  # a row's logits are found by its index
+            rows, steps = continuing, [(seq, draft) for seq, draft in steps if seq.state is not SequenceState.FINISHED]
         started = self.decode_s
-        if not self._decode(rows, events):
+        if not self._decoded(rows, events):
             return
         seconds = self.decode_s - started
         if not self._switch_took(seconds, self.pace.decode_call_s.get(len(rows))):
@@ -157,9 +175,10 @@ class ModelRunner:
             accepted += 1
             seq.n_past += 1  # the drafted token's cell holds what the sequence has
             token = self._sample(seq, row + accepted, now, events)
-        if draft:
-            # The rejected tokens' cells: nothing may read or reuse them.
-            llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, seq.n_past, -1)
+        if draft and not self.cells.cut(seq.slot, seq.n_past):
+            # The rejected tokens' cells stay where nothing may read or reuse them: drafts are held to what the
+            # memory undoes (speculative/speculator.py), so this is a fault, and ends this sequence alone.
+            self.retire(seq, FinishReason.ERROR, events, "its memory refused to drop a rejected draft")
         return accepted
 
     def measure_passes(self, speculator: Speculator) -> None:
@@ -182,7 +201,10 @@ class ModelRunner:
             started = time.perf_counter()
             failed = llama_cpp.llama_decode(self.model.ctx, batch) != 0
             seconds = time.perf_counter() - started
-            llama_cpp.llama_memory_seq_rm(self.model.memory, place.slot, place.start, -1)
+            if not self.cells.cut(place.slot, place.start):  # (pass_place picks an empty slot where cuts are bounded)
+                self.cells.empty(place.slot)
+                self.cache.forget(place.slot)
+                return None
             if failed:
                 return None
             fastest = seconds if fastest is None else min(fastest, seconds)
@@ -194,12 +216,17 @@ class ModelRunner:
         its cost at load, timed in an empty slot). None: no free slot has room."""
         places = [PassPlace(slot, llama_cpp.llama_memory_seq_pos_max(self.model.memory, slot) + 1)
                   for slot in free_slots if not self.cells.copying(slot)]
+        if not self.model.memory_kind.cuts_anywhere:  # a recurrent state cannot drop the pass's rows: empty slots only
+            places = [place for place in places if place.start == 0]
         place = min(places, key=lambda place: place.start, default=None)
         return place if place is not None and place.start + rows <= self.model.n_ctx_seq else None
 
     def _settle(self, settle: Settle) -> None:
         """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk."""
-        llama_cpp.llama_memory_seq_rm(self.model.memory, settle.slot, settle.start, -1)
+        if not self.cells.cut(settle.slot, settle.start):  # (the prefix cache settles only where cuts are free)
+            self.cells.empty(settle.slot)
+            self.cache.forget(settle.slot)
+            return
         batch = self._batch
         for i, pos in enumerate(range(settle.start, settle.end)):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = settle.tokens[pos], pos, 1
@@ -210,7 +237,7 @@ class ModelRunner:
             self.cache.settled(settle)
         else:
             log.error("decode_failed", status=rc, settling_slot=settle.slot)
-            llama_cpp.llama_memory_seq_rm(self.model.memory, settle.slot, -1, -1)
+            self.cells.empty(settle.slot)
             self.cache.forget(settle.slot)
 
     def _prefill(self, chunk: Chunk, events: Events) -> None:
@@ -238,6 +265,8 @@ class ModelRunner:
         if self.speculator:
             self.speculator.observe_call([(seq.slot, rows)], self.decode_s - started)
         seq.n_past = chunk.end
+        if chunk.end == self.cache.checkpoint_position(len(prompt)):
+            self._checkpoint(seq)
         if n_top is not None:
             self._score_prompt(chunk, n_top)
         if chunk.completes_prompt:
@@ -255,6 +284,12 @@ class ModelRunner:
                 self.retire(seq, FinishReason.LENGTH, events)
                 return
             self._sample(seq, row, now, events)
+
+    def _checkpoint(self, seq: Sequence) -> None:
+        """Save the slot's recurrent state where its prompt is checkpointed (kv/checkpoints.py), within --cache-ram."""
+        checkpoint = self.cells.take_checkpoint(seq.slot, seq.n_past)
+        kept = checkpoint is not None and self.cache.add_checkpoint(seq.slot, checkpoint)
+        log.debug("checkpoint", slot=seq.slot, pos=seq.n_past, bytes=checkpoint.size if checkpoint else 0, kept=kept)
 
     def _score_prompt(self, chunk: Chunk, n_top: int) -> None:
         """Each chunk row's logits score the prompt token after it (the last row's score the answer's first).
@@ -300,7 +335,14 @@ class ModelRunner:
         return token
 
     def _decode(self, rows: list[Row], events: Events) -> bool:
-        """One llama_decode over `rows`; False (their sequences retired) if it failed."""
+        """One llama_decode over `rows`; False (their sequences retired) if it failed, or if no row was left to
+        decode (a sequence whose cells do not end where its rows begin is retired first, alone: see _continuing)."""
+        rows = self._continuing(rows, events)
+        return bool(rows) and self._decoded(rows, events)
+
+    def _decoded(self, rows: list[Row], events: Events) -> bool:
+        """One llama_decode over rows that continue their sequences' cells; False (their sequences retired) if it
+        failed."""
         batch = self._batch
         for i, row in enumerate(rows):
             batch.token[i] = row.token
@@ -315,12 +357,31 @@ class ModelRunner:
         self._failed(rc, list({id(row.seq): row.seq for row in rows}.values()), events)
         return False
 
+    def _continuing(self, rows: list[Row], events: Events) -> list[Row]:
+        """The rows whose sequence's cells end right before them. llama.cpp refuses a whole call where one sequence's
+        rows do not continue its cells (a recurrent state that a cut could not move back): that sequence is retired
+        here, so the call goes on for the others; planning keeps this from happening at all."""
+        starts: dict[Sequence, int] = {}
+        for row in rows:
+            starts.setdefault(row.seq, row.pos)
+        broken = {seq for seq, pos in starts.items()
+                  if llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot) + 1 != pos}
+        for seq in broken:
+            ends = llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot)
+            log.error("rows_not_continuing", slot=seq.slot, cells_end=ends + 1, rows_start=starts[seq],
+                      request_id=seq.request.request_id)
+            self.retire(seq, FinishReason.ERROR, events, f"its cells end at position {ends + 1}, its next row is at "
+                                                         f"{starts[seq]}")
+        return [row for row in rows if row.seq not in broken] if broken else rows
+
     def _decode_image(self, seq: Sequence, span: MediaSpan, start: int, end: int, logits_last: bool,
                       events: Events) -> bool:
         """One llama_decode of the image's embeddings at positions start..end (encoded first, if this is the first
         of its positions the sequence decodes); False (the sequence retired) if either failed."""
         batch, projector = self._embd_batch, self.projector
         assert batch is not None and projector is not None  # only an engine with a projector takes images
+        if not self._continuing([Row(-1, start, seq, False)], events):  # (its rows must go on from its cells too)
+            return False
         embeddings = seq.embeddings.get(span.start)
         if embeddings is None:
             try:
@@ -371,7 +432,7 @@ class ModelRunner:
         if seq.slot >= 0:
             if reason is FinishReason.ERROR or self.cache.mode is CacheMode.OFF:
                 # After a failed decode the stream's cells are unknown: nothing of it may be reused.
-                llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, -1, -1)
+                self.cells.empty(seq.slot)
             else:
                 # Every cell up to n_past is complete (cancels land between steps); prompt cells came from prefill.
                 self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)),

@@ -155,7 +155,7 @@ class Scheduler:
             return admitted
         # Cells up to n_past are complete between steps; prompt cells came from prefill chunks.
         streams = {seq.slot: self.cache.held(seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)),
-                                             seq.request.adapters)
+                                             seq.request.adapters, self.cache.record(seq.slot).checkpoints)
                    for seq in running}
         prefilling = [seq for seq in running if seq.state is SequenceState.PREFILLING]
         sets = {seq.slot: seq.request.adapters for seq in running}  # and of those admitted so far
@@ -233,6 +233,9 @@ class Scheduler:
                 # grid of micro-batches a cold prefill is cut the same way, so the lone row is its too.
                 if len(sequence.prompt) - end == 1 and end - grid > start:
                     end -= grid
+            checkpoint = self.cache.checkpoint_position(len(sequence.prompt))
+            if checkpoint is not None and start < checkpoint < end:  # a chunk ends there, and the runner saves it
+                end = checkpoint
             if end <= start:
                 break
             prefill.append(Chunk(sequence, start, end))

@@ -10,11 +10,15 @@ from collections.abc import Callable
 import llama_cpp
 import structlog
 
+from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.host_cache import MIB, SavedCells
 from worker.engine.kv.prefix_cache import PrefixCache
 from worker.engine.native.model import LlamaModel
 
 log = structlog.get_logger(__name__)
+
+# llama_state_seq_*_ext's flag for a state without the attention cells: the recurrent part (and sliding windows).
+PARTIAL_ONLY = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
 
 
 class CellTransfer:
@@ -30,6 +34,40 @@ class CellTransfer:
         llama_cpp.llama_memory_seq_cp(self.model.memory, source, target, -1, -1)
         self._copying.update((source, target))
 
+    def cut(self, slot: int, start: int) -> bool:
+        """Drop the slot's cells from position `start` on (all of them from 0); False where its memory refused the
+        cut (a recurrent state: native/memory.py) and holds what it held. Cuts are planned so that none is refused:
+        a refusal is logged as the error it is."""
+        if llama_cpp.llama_memory_seq_rm(self.model.memory, slot, start, -1):
+            return True
+        log.error("cut_refused", slot=slot, start=start, memory=self.model.memory_kind.cuts.value)
+        return False
+
+    def resume(self, slot: int, checkpoint: Checkpoint) -> bool:
+        """Put a checkpoint's recurrent state back into the slot and cut its attention cells past the checkpoint's
+        position, so the slot holds what it held there (llama.cpp restores the state but leaves the attention
+        cells: unless cut, the next decode would read them, unrefused and wrong). False: llama.cpp refused it."""
+        size = checkpoint.size
+        if llama_cpp.llama_state_seq_set_data_ext(self.model.ctx, checkpoint.data, size, slot, PARTIAL_ONLY) != size:
+            log.error("checkpoint_refused", slot=slot, pos=checkpoint.pos, bytes=size)
+            return False
+        return self.cut(slot, checkpoint.pos)
+
+    def take_checkpoint(self, slot: int, pos: int) -> Checkpoint | None:
+        """The slot's recurrent state as it is now, after its first `pos` tokens; None where memory ran short."""
+        size = llama_cpp.llama_state_seq_get_size_ext(self.model.ctx, slot, PARTIAL_ONLY)
+        try:
+            data = (ctypes.c_uint8 * size)()
+        except MemoryError:
+            return None
+        if not size or llama_cpp.llama_state_seq_get_data_ext(self.model.ctx, data, size, slot, PARTIAL_ONLY) != size:
+            return None
+        return Checkpoint(pos, data)
+
+    def empty(self, slot: int) -> None:
+        """Drop all of the slot's cells (any memory allows that)."""
+        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+
     def decoded(self) -> None:
         """A llama_decode ran: the copies asked for before it are done."""
         self._copying.clear()
@@ -42,10 +80,11 @@ class CellTransfer:
         host, record = self.cache.host, self.cache.worth_saving(slot, kept)
         if host is None or record is None or slot in self._copying:  # (no host cache: nothing is worth saving)
             return
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(record.tokens), -1)  # only what may be reused
+        if not self.cut(slot, len(record.tokens)):  # only what may be reused
+            return
         data = self._stream(slot)
         if data is not None:
-            host.add(SavedCells(record.tokens, record.exact, data, record.adapters))
+            host.add(SavedCells(record.tokens, record.exact, data, record.adapters, record.checkpoints))
             log.debug("cells_saved", slot=slot, cells=len(record.tokens), bytes=len(data))
 
     def snapshot(self, slot: int) -> SavedCells | None:
@@ -86,14 +125,18 @@ class CellTransfer:
         if not self._set(slot, saved):
             self.cache.forget(slot)
             return False
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, len(saved.tokens), -1)  # cells past the reusable ones
+        if not self.cut(slot, len(saved.tokens)):  # cells past the reusable ones
+            self.empty(slot)
+            self.cache.forget(slot)
+            return False
+        self.cache.forget(slot)  # (checkpoints of what the slot held before are not of these cells)
         self.cache.release(slot, saved.tokens, saved.exact, saved.adapters)
         return True
 
     def erase(self, slot: int) -> int:
         """Empty a free slot; the cells it held."""
         held = self.cache.tokens_held(slot)
-        llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+        self.empty(slot)
         self.cache.forget(slot)
         return held
 

@@ -5,8 +5,9 @@ llama-server's --cache-ram: the same bytes come back, so exact mode's promise ho
 from __future__ import annotations
 
 import ctypes
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 MIB = 1 << 20
@@ -18,10 +19,12 @@ class SavedCells:
     exact: int  # of them, the leading cells made by aligned prefill (prefix_cache.SlotRecord.exact)
     data: ctypes.Array  # the slot's stream, as llama_state_seq_get_data wrote it
     adapters: AdapterSet = NO_ADAPTERS  # the LoRA adapters its cells were made under (prefix_cache.py)
+    # A recurrent state's checkpoints (checkpoints.py): where a prompt sharing less than all the tokens goes on from.
+    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     @property
     def size(self) -> int:
-        return len(self.data)
+        return len(self.data) + sum(checkpoint.size for checkpoint in self.checkpoints)
 
 
 # Holds only cells the prefix cache may reuse in its mode (prefix_cache.worth_saving), the byte limit being
@@ -31,6 +34,7 @@ class HostCache:
     def __init__(self, limit_mib: int) -> None:
         self.limit_bytes = limit_mib * MIB
         self._entries: list[SavedCells] = []  # oldest first
+        self.reserved_bytes = 0  # the slots' checkpoints (checkpoints.py), held within the same limit
 
     @property
     def entries(self) -> list[SavedCells]:
@@ -38,7 +42,7 @@ class HostCache:
 
     @property
     def bytes_held(self) -> int:
-        return sum(entry.size for entry in self._entries)
+        return sum(entry.size for entry in self._entries) + self.reserved_bytes
 
     def holds(self, tokens: list[int], adapters: AdapterSet = NO_ADAPTERS) -> bool:
         """Whether an entry already holds these tokens' cells, made under `adapters` (at the start of its own)."""
@@ -50,12 +54,17 @@ class HostCache:
         tokens = saved.tokens
         kept = [entry for entry in self._entries
                 if tokens[:len(entry.tokens)] != entry.tokens or entry.adapters != saved.adapters]
-        self._entries = [*self._newest_within(kept, self.limit_bytes - saved.size), saved]
+        self._entries = [*self._newest_within(kept, self.limit_bytes - self.reserved_bytes - saved.size), saved]
 
     def shrink(self) -> None:
         """Host memory ran out: hold at most 40 % of what is held now, dropping the oldest (as llama-server does)."""
         self.limit_bytes = max(1, int(0.4 * self.bytes_held))
-        self._entries = self._newest_within(self._entries, self.limit_bytes)
+        self._entries = self._newest_within(self._entries, self.limit_bytes - self.reserved_bytes)
+
+    def reserve(self, checkpoints: int) -> None:
+        """The slots' checkpoints now take `checkpoints` bytes: entries make room for them, oldest first."""
+        self.reserved_bytes = checkpoints
+        self._entries = self._newest_within(self._entries, self.limit_bytes - checkpoints)
 
     @staticmethod
     def _newest_within(entries: list[SavedCells], limit: int) -> list[SavedCells]:

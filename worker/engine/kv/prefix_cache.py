@@ -7,6 +7,8 @@ import os
 import time
 from dataclasses import dataclass, field
 
+from worker.engine.kv import checkpoints
+from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.host_cache import HostCache, SavedCells
 from worker.engine.media import is_media
 from worker.engine.modes import CacheMode
@@ -44,6 +46,8 @@ class SlotRecord:
     exact: int = 0  # leading cells made by aligned prefill: the ones exact mode may reuse
     last_used: float = 0.0
     adapters: AdapterSet = NO_ADAPTERS  # what the cells were computed under
+    # A recurrent state's checkpoints (checkpoints.py), oldest first: where a prompt may go on from, short of the end.
+    checkpoints: list[Checkpoint] = field(default_factory=list)
 
     def shared(self, prompt: list[int], adapters: AdapterSet) -> int:
         """Leading tokens of `prompt` whose cells these are: none under another adapter set."""
@@ -56,13 +60,17 @@ def held(tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS, 
 
 
 class PrefixCache:
-    def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None, grid: int = ALIGN) -> None:
+    def __init__(self, mode: CacheMode, slots: int, host: HostCache | None = None, grid: int = ALIGN,
+                 cuts_anywhere: bool = True) -> None:
         """Reusable cells, by `mode`: exact, only those made by prefill chunks on the grid, bitwise what a cold
         prefill makes (bench/probes/kvrule.py), or every matching one where the load-time check found decoded cells
         equal (startup/load_check.py); fast, every matching cell, as llama-server (greedy text may then differ from
         a cold run); off, none. `grid`: the positions prefill chunks start and end on, and exact mode's reuse stops
-        at: ALIGN on the cpu backend, the micro-batch on a GPU (core/scheduler.py, chunk_grid)."""
+        at: ALIGN on the cpu backend, the micro-batch on a GPU (core/scheduler.py, chunk_grid). `cuts_anywhere`
+        False: the slots keep a recurrent state (native/memory.py), which a prompt continues only from where it
+        ends, so their cells are reused whole or not at all."""
         self.mode = mode
+        self.cuts_anywhere = cuts_anywhere
         self.grid = grid
         self.every_cell = mode is CacheMode.FAST  # reuse every matching cell, answers' included
         self._records = [SlotRecord() for _ in range(slots)]
@@ -100,7 +108,7 @@ class PrefixCache:
         if source is not None and sources[source] - own[slot] >= COPY_MIN_GAIN:
             targets = [target for target in free_slots if target != source]
             choice = Reuse(self.least_recently_used(targets), sources[source], source)
-        saved = {entry: self.reusable(SlotRecord(entry.tokens, entry.exact, adapters=entry.adapters), prompt, adapters)
+        saved = {entry: self.reusable(self.record_of(entry), prompt, adapters)
                  for entry in (self.host.entries if self.host else [])}
         best = max(saved, key=saved.__getitem__, default=None)
         if best is not None and saved[best] - choice.cells >= COPY_MIN_GAIN:
@@ -139,23 +147,81 @@ class PrefixCache:
         if not self.every_cell:
             limit = min(limit, record.exact)
         common = common_prefix(record.tokens[:limit], prompt[:limit])
-        return common if self.every_cell else align_down(common, self.grid)
+        reused = common if self.every_cell else align_down(common, self.grid)
+        if self.cuts_anywhere or reused == len(record.tokens):
+            return reused
+        # A recurrent state is where its last token left it: short of that, a prompt goes on from a checkpoint.
+        return max((checkpoint.pos for checkpoint in record.checkpoints if checkpoint.pos <= reused), default=0)
 
-    def held(self, tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> SlotRecord:
-        """held() on this cache's grid."""
-        return held(tokens, prefilled, adapters, self.grid)
+    @staticmethod
+    def record_of(saved: SavedCells) -> SlotRecord:
+        """What saved cells hold, as a slot would record them."""
+        return SlotRecord(saved.tokens, saved.exact, adapters=saved.adapters, checkpoints=saved.checkpoints)
 
-    def claim(self, slot: int) -> None:
-        """A request takes the slot (the caller drops the cells it does not reuse); forget what it held."""
+    def checkpoint_position(self, prompt_tokens: int) -> int | None:
+        """Where a prompt of this many tokens has its recurrent state checkpointed while prefilled, so that the next
+        prompt sharing it can go on from there; None: nowhere (cells cut anywhere, or nothing is reused)."""
+        if self.cuts_anywhere or self.host is None:
+            return None
+        # Exact mode reuses cells up to the grid only, unless it trusts every cell (as fast mode does).
+        return checkpoints.position(prompt_tokens, 1 if self.every_cell else self.grid) or None
+
+    def checkpoint(self, holder: SlotRecord, cells: int) -> Checkpoint | None:
+        """The checkpoint of a slot's recurrent state (as `holder` records it) that a prompt reusing its first
+        `cells` goes on from; None: it goes on from where the state ends (or from nothing)."""
+        if self.cuts_anywhere or cells == len(holder.tokens):
+            return None
+        return next((checkpoint for checkpoint in holder.checkpoints if checkpoint.pos == cells), None)
+
+    def share_checkpoints(self, source: SlotRecord, slot: int, upto: int) -> None:
+        """A slot given a copy of another's cells takes its checkpoints up to `upto` too (the same bytes)."""
+        record = self._records[slot]
+        record.checkpoints = checkpoints.kept(source.checkpoints, upto)
+
+    def add_checkpoint(self, slot: int, checkpoint: Checkpoint) -> bool:
+        """Keep a checkpoint of a running request's slot, within --cache-ram (host memory makes room for it); False
+        where none fits."""
+        host = self.host
+        if host is None or checkpoint.size > host.limit_bytes - self._checkpoint_bytes():
+            return False
+        record = self._records[slot]
+        record.checkpoints = checkpoints.kept([*record.checkpoints, checkpoint], checkpoint.pos)
+        host.reserve(self._checkpoint_bytes())
+        return True
+
+    def _keep_checkpoints(self, record: SlotRecord, upto: int) -> None:
+        """Drop the record's checkpoints past position `upto` (its cells there are gone), and count what is left."""
+        record.checkpoints = checkpoints.kept(record.checkpoints, upto)
+        if self.host is not None:
+            self.host.reserve(self._checkpoint_bytes())
+
+    def _checkpoint_bytes(self) -> int:
+        held = {id(checkpoint): checkpoint for record in self._records for checkpoint in record.checkpoints}
+        return sum(checkpoint.size for checkpoint in held.values())
+
+    def held(self, tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS,
+             kept: list[Checkpoint] | None = None) -> SlotRecord:
+        """held() on this cache's grid, with the checkpoints `kept` of a recurrent state."""
+        record = held(tokens, prefilled, adapters, self.grid)
+        record.checkpoints = list(kept or [])
+        return record
+
+    def claim(self, slot: int, reuse: int = 0) -> None:
+        """A request takes the slot, reusing its first `reuse` cells (the caller drops the others); forget what it
+        held but the checkpoints of those cells, which the request keeps adding to."""
         record = self._records[slot]
         record.tokens = []  # held by the running request now; recorded again when it leaves
         record.exact = 0
+        self._keep_checkpoints(record, reuse)
 
     def release(self, slot: int, tokens: list[int], prefilled: int, adapters: AdapterSet = NO_ADAPTERS) -> None:
         """A request left: its stream holds `tokens` made under `adapters`, of which the first `prefilled` came
         from prefill chunks."""
-        self._records[slot] = self.held(tokens, prefilled, adapters)
-        self._records[slot].last_used = time.monotonic()
+        record = self.held(tokens, prefilled, adapters)
+        record.checkpoints = self._records[slot].checkpoints  # those the request made, and kept from before
+        record.last_used = time.monotonic()
+        self._records[slot] = record
+        self._keep_checkpoints(record, len(tokens))
 
     def worth_saving(self, slot: int, kept: int) -> SlotRecord | None:
         """What of a slot's cells to save to host memory before a request keeping only its first `kept` takes
@@ -169,6 +235,8 @@ class PrefixCache:
     def reusable_record(self, slot: int) -> SlotRecord:
         """What of the slot's cells this mode may reuse: its leading cells_held(slot) tokens."""
         record, held_cells = self._records[slot], self.cells_held(slot)
+        if not self.cuts_anywhere and held_cells < len(record.tokens):  # a recurrent state goes whole or not at all
+            return SlotRecord(adapters=record.adapters)
         return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells), adapters=record.adapters)
 
     def cells_held(self, slot: int) -> int:
@@ -187,7 +255,8 @@ class PrefixCache:
         aligned chunks while the engine has nothing better to do, they become what a cold prefill makes, and
         the conversation's next turn finds its whole history (but the last partial block) in the cache.
         """
-        if self.mode is not CacheMode.EXACT or self.every_cell:
+        if self.mode is not CacheMode.EXACT or self.every_cell or not self.cuts_anywhere:
+            # (a recurrent state cannot drop the answer's cells to prefill them again)
             return None
         for slot in sorted(free_slots, key=lambda s: -self._records[s].last_used):
             record = self._records[slot]
@@ -206,6 +275,8 @@ class PrefixCache:
 
     def forget(self, slot: int) -> None:
         self._records[slot] = SlotRecord()
+        if self.host is not None:
+            self.host.reserve(self._checkpoint_bytes())
 
 
 @dataclass(frozen=True)

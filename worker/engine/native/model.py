@@ -10,13 +10,15 @@ from pathlib import Path
 import llama_cpp
 import structlog
 
-from worker.engine.config import EngineConfig
+from worker.engine.config import ROLLBACK_SNAPSHOTS, EngineConfig
 from worker.engine.exactness import ggml_switches as kernels
 from worker.engine.exactness.build_choice import loaded_library
 from worker.engine.exactness.kv_plan import config_attention
+from worker.engine.modes import SpecType
 from worker.engine.native import llama_log
 from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
+from worker.engine.native.memory import MemoryKind, memory_kind, probe, recurrent
 from worker.engine.native.rpc import rpc_devices
 from worker.progress_callback import ProgressFn
 from worker.worker_error import WorkerError
@@ -123,6 +125,7 @@ class LlamaModel:
         self.n_vocab = llama_cpp.llama_vocab_n_tokens(self.vocab)
         self.n_embd = llama_cpp.llama_model_n_embd_out(self.model)  # an embedding's width
         self.memory = llama_cpp.llama_get_memory(self.ctx)
+        self.memory_kind: MemoryKind = memory_kind(self.model, self.ctx)  # what a cut of a slot may undo
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
         self.size_bytes = llama_cpp.llama_model_size(self.model)
@@ -170,6 +173,9 @@ class LlamaModel:
         # One KV stream per sequence: a request's output never depends on its neighbours
         # (measured: a unified cache made 2 of 4 concurrent greedy streams drift).
         params.kv_unified = False
+        # A recurrent state undoes a rejected draft from snapshots kept for that (native/memory.py).
+        if config.drafting is not SpecType.NONE and recurrent(self.model):
+            params.n_rs_seq = min(config.draft_max, ROLLBACK_SNAPSHOTS)
         params.no_perf = True
         attention = self.attention
         params.type_k = KV_CACHE_TYPES[attention.cache_type_k]
@@ -239,7 +245,8 @@ class LlamaModel:
         return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
 
     def warm_up(self) -> None:
-        """One tiny decode so the first real request does not pay for lazy allocations."""
+        """One tiny decode so the first real request does not pay for lazy allocations, then the memory kind checked
+        against what llama.cpp does with a cut."""
         bos = llama_cpp.llama_vocab_bos(self.vocab)
         token = bos if bos >= 0 else 0
         tokens = (llama_cpp.llama_token * 1)(token)
@@ -247,6 +254,7 @@ class LlamaModel:
             raise WorkerError(f"warm-up decode failed: {llama_log.last_error('unknown error')}")
         llama_cpp.llama_synchronize(self.ctx)
         llama_cpp.llama_memory_clear(self.memory, True)
+        probe(self.memory_kind, self.ctx, token)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")

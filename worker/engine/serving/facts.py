@@ -31,6 +31,10 @@ class Exactness:
     # Drafts cannot change the text: the load-time check found a sequence's rows decoded together equal to
     # one-token decodes, beside other rows, on a backend whose yes is trusted, in exact or off mode; None: no drafts.
     drafts_keep_text: bool | None
+    # What a slot's memory lets a cut undo (native/memory.py): anywhere (attention cells); last-tokens (a recurrent
+    # state with snapshots: a draft's rejected tokens); whole (a recurrent state: reused only from where it ends).
+    memory: str
+    rollback_tokens: int  # last-tokens: how many
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -38,6 +38,10 @@ class DraftModel:
                 raise WorkerError(f"the draft model {path.name} cannot draft for {target.path.name}: their "
                                   f"vocabularies differ ({problem}); use a draft model with the model's tokenizer "
                                   "(a smaller model of the same family, or a smaller quantization of it)")
+            if not self.model.memory_kind.cuts_anywhere:  # it drops what a rejected draft left in its own cells
+                raise WorkerError(f"the draft model {path.name} keeps a recurrent state, which cannot be cut back "
+                                  "to a sequence's accepted tokens: use a draft model with attention layers only, "
+                                  "or --spec-type ngram")
         except WorkerError:
             self.model.close()
             raise
@@ -84,7 +88,9 @@ class DraftModel:
                 break
             common += 1
         common = min(common, len(tokens) - 1)  # the newest token is decoded again: its logits draft
-        llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, common, -1)
+        if not llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, common, -1):  # (attention cuts anywhere)
+            llama_cpp.llama_memory_seq_rm(self.model.memory, seq.slot, -1, -1)
+            common = 0
         del held[common:]
         size = self.model.config.batch_size
         for start in range(common, len(tokens), size):

@@ -77,9 +77,10 @@ RETIME_EVERY_S = 60.0
 # the runner verifies: it samples each row with the sequence's own chain and keeps drafted tokens while they equal
 # what was sampled (whether rows ignore their neighbours: startup/load_check.py, verify_rows_exact).
 class Speculator:
-    def __init__(self, config: EngineConfig, proposer: Proposer) -> None:
+    def __init__(self, config: EngineConfig, proposer: Proposer, draft_max: int | None = None) -> None:
+        """`draft_max`: the longest draft, where the model's memory undoes fewer tokens than --draft-max asks."""
         self.kind = config.drafting
-        self.draft_max = config.draft_max
+        self.draft_max = config.draft_max if draft_max is None else draft_max
         self.draft_min = config.draft_min
         self.proposer = proposer
         self.costs = PassCosts()

@@ -113,8 +113,10 @@ def _say_loaded(served: ServedModel, numerics: Numerics, path: Path, chat_templa
         log.warning("exactness_limited", reason=f"{MOVED_CELLS_INEXACT}: exact mode reuses a slot's own cells "
                     "only, and copies none between slots, loads none back from host memory, --kv-dir or a slot "
                     "file", fix="a weight type and backend docs/cache-and-exactness.md lists as exact")
-    if config.spec_type is SpecType.AUTO and config.drafting is not SpecType.NONE and not engine.drafting:
-        log.info("drafts_off", reason=drafts_reason(engine, numerics), spec_type="auto")
+    if config.drafting is not SpecType.NONE and not engine.drafting:
+        asked = config.spec_type is not SpecType.AUTO  # drafts asked for by name, and not had: a warning
+        (log.warning if asked else log.info)("drafts_off", reason=drafts_reason(engine, numerics),
+                                             spec_type=config.spec_type.value)
     if facts.exactness.drafts_keep_text is False:
         log.warning("drafts_may_change_text", reason=drafts_reason(engine, numerics),
                     fix="serve in exact mode on the cpu backend, or with --spec-type none")

@@ -94,7 +94,7 @@ def decode_matches_prefill(model: LlamaModel) -> bool:
     try:
         cold = _logits_after(model, batch, tokens, [(0, PROBE_TOKENS)])
         for kept, decoded in SHAPES:
-            llama_cpp.llama_memory_seq_rm(model.memory, 0, kept, -1)
+            _keep(model, batch, tokens, 0, kept)
             one_by_one = [(pos, pos + 1) for pos in range(kept, kept + decoded)]
             tail = (kept + decoded, PROBE_TOKENS)
             if cold is None or _logits_after(model, batch, tokens, [*one_by_one, tail]) != cold:
@@ -116,8 +116,8 @@ def row_ignores_batch(model: LlamaModel) -> bool:
         _logits_after(model, batch, tokens[:last], [(0, last)])
         alone = _decode_rows(model, batch, [row])
         for beside in (1, BESIDE_ROWS):
-            llama_cpp.llama_memory_seq_rm(model.memory, 0, last, -1)
-            llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
+            _keep(model, batch, tokens, 0, last)
+            _keep(model, batch, tokens, 1, 0)
             others = [(tokens[pos], pos, 1, False) for pos in range(beside)]
             if not alone or _decode_rows(model, batch, [row, *others]) != alone:
                 return False
@@ -145,11 +145,11 @@ def moved_cells_match(model: LlamaModel) -> bool:
         if llama_cpp.llama_state_seq_get_data(model.ctx, saved, size, 0) != size:
             return False
         alone = _decode_rows(model, batch, [row])
-        llama_cpp.llama_memory_seq_rm(model.memory, 0, last, -1)
+        _keep(model, batch, tokens, 0, last)
         if llama_cpp.llama_state_seq_set_data(model.ctx, saved, size, 1) != size:
             return False
         restored = _decode_rows(model, batch, [(*row[:2], 1, True)])
-        llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
+        _keep(model, batch, tokens, 1, 0)
         llama_cpp.llama_memory_seq_cp(model.memory, 0, 1, -1, -1)  # slot 0's stream whole, at the next decode
         copied = _decode_rows(model, batch, [(*row[:2], 1, True)])
         return isinstance(alone, bytes) and restored == alone and copied == alone
@@ -170,7 +170,7 @@ def verify_rows_match_decodes(model: LlamaModel) -> bool:
     try:
         _logits_after(model, batch, tokens[:start], [(0, start)])
         alone = [_decode_rows(model, batch, [row]) for row in rows]
-        llama_cpp.llama_memory_seq_rm(model.memory, 0, start, -1)
+        _keep(model, batch, tokens, 0, start)
         if _decode_rows(model, batch, rows + beside) is False:
             return False
         together = [_row_logits(model, i) for i in range(len(rows))]
@@ -179,6 +179,16 @@ def verify_rows_match_decodes(model: LlamaModel) -> bool:
         llama_cpp.llama_batch_free(batch)
         for slot in (0, 1):
             llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+
+
+def _keep(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[int], slot: int, kept: int) -> None:
+    """Leave the slot holding the probe's first `kept` tokens: its cells cut back where the memory allows it, else
+    (a recurrent state: native/memory.py) dropped whole and those tokens prefilled again as one chunk."""
+    if llama_cpp.llama_memory_seq_rm(model.memory, slot, kept, -1) and model.memory_kind.cuts_anywhere:
+        return
+    llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+    if kept:
+        _decode_rows(model, batch, [(tokens[pos], pos, slot, False) for pos in range(kept)])
 
 
 def _probe_tokens(model: LlamaModel) -> list[int]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from worker.engine.engine import Engine
 from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.modes import CacheMode, SpecType
+from worker.engine.native.memory import Cuts
 from worker.engine.serving.facts import Exactness
 from worker.engine.startup.load_check import Numerics
 
@@ -21,7 +22,7 @@ def exactness_report(engine: Engine, numerics: Numerics) -> Exactness:
                      # answers' cells reused: fast mode, or exact where the numerics allow (startup/load_check.py)
                      engine.cache.every_cell,
                      speculator.kind.value if speculator else SpecType.NONE.value,
-                     drafts_keep_text(engine, numerics))
+                     drafts_keep_text(engine, numerics), model.memory_kind.cuts.value, model.memory_kind.rollback)
 
 
 def drafts_keep_text(engine: Engine, numerics: Numerics) -> bool | None:
@@ -34,6 +35,11 @@ def drafts_keep_text(engine: Engine, numerics: Numerics) -> bool | None:
 def drafts_reason(engine: Engine, numerics: Numerics) -> str:
     """Why drafts are off (--spec-type auto) or may change the text."""
     config = engine.model.config
+    if config.draft_max == 0:
+        return "--draft-max 0"
+    if engine.model.memory_kind.cuts is Cuts.WHOLE:
+        return ("the model keeps a recurrent state without snapshots (llama.cpp keeps none for its architecture), "
+                "which cannot drop a rejected draft")
     if config.prefix_cache is CacheMode.FAST:
         return "fast mode lets llama.cpp pick kernels by batch shape, so a drafted row may compute differently"
     if not numerics.trusted:

@@ -1,0 +1,188 @@
+"""Models whose memory is not all attention cells, served as the test model is: recurrent (Mamba) and hybrid
+(LFM2, Qwen3.5, Nemotron-H) ones, a mixture of experts and sliding-window attention, each tiny and written by the
+tests (tests/fixtures/tiny_arch_models.py). Every answer a 200 and bitwise what --prefix-cache off answers, a chat's
+later turns reused through checkpoints, drafts undone where the memory keeps snapshots."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import WorkerProcess, start_worker
+from tests.fixtures.tiny_arch_models import HYBRID_KINDS, RECURRENT_KINDS, write_tiny_model
+
+SYSTEM = "You are a careful assistant who answers in plain sentences. " * 8
+MEMORY = {"mamba": "whole", "lfm2": "last-tokens", "qwen35": "last-tokens", "nemotron_h": "last-tokens",
+          "qwen3moe": "anywhere", "gemma3": "anywhere"}
+
+
+@pytest.fixture(scope="module")
+def tiny(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("tiny-archs")
+    written: dict[str, Path] = {}
+
+    def model(kind: str, quant: str | None = None) -> Path:
+        name = f"{kind}-{quant}" if quant else kind
+        if name not in written:
+            written[name] = write_tiny_model(kind, folder / f"{name}.gguf", model_path, quant=quant)
+        return written[name]
+
+    return model
+
+
+def _post(worker: WorkerProcess, path: str, body: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(worker.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as failed:
+        return failed.code, json.loads(failed.read() or b"{}")
+
+
+def _chat(worker: WorkerProcess, messages: list[dict], n: int = 1, **fields) -> tuple[int, dict]:
+    return _post(worker, "/v1/chat/completions", {"messages": messages, "max_tokens": 32, "temperature": 0, "n": n,
+                                                   **fields})
+
+
+def _workload(worker: WorkerProcess) -> tuple[list[str], list[int], list[tuple[int, int]]]:
+    """A five-turn chat that resends its history, a request for two choices, three requests at once that share the
+    chat's beginning: each answer's text, each status, and each chat turn's (prompt, cached) tokens."""
+    texts, statuses, reuse = [], [], []
+    messages = [{"role": "system", "content": SYSTEM}]
+    for turn in range(5):
+        messages.append({"role": "user", "content": f"Say something about the number {turn}, at some length."})
+        status, body = _chat(worker, messages)
+        statuses.append(status)
+        answer = body["choices"][0]["message"]["content"] if status == 200 else ""
+        usage = body.get("usage", {})
+        reuse.append((usage.get("prompt_tokens", 0), (usage.get("prompt_tokens_details") or {}).get("cached_tokens")))
+        texts.append(answer)
+        messages.append({"role": "assistant", "content": answer})
+    status, body = _chat(worker, messages[:2], n=2)
+    statuses.append(status)
+    texts.extend(choice["message"]["content"] for choice in body.get("choices", []))
+    with concurrent.futures.ThreadPoolExecutor(3) as pool:
+        for status, body in pool.map(lambda k: _chat(worker, messages[:k]), (2, 4, 6)):
+            statuses.append(status)
+            texts.append(body["choices"][0]["message"]["content"] if status == 200 else "")
+    return texts, statuses, reuse
+
+
+def _served(tmp_path: Path, model: Path, mode: str, *flags: str) -> tuple[dict, tuple]:
+    worker = start_worker(tmp_path, "--model", str(model), "--prefix-cache", mode, "--parallel", "2",
+                          "--ctx-size", "4096", *flags)
+    try:
+        with urllib.request.urlopen(worker.url + "/health", timeout=10) as response:
+            exactness = json.load(response)["exactness"]
+        return exactness, _workload(worker)
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+
+
+@pytest.mark.parametrize("kind", [*RECURRENT_KINDS, *HYBRID_KINDS, "qwen3moe", "gemma3"])
+def test_chat_n_and_overlapping_requests_answer_as_off_does(tiny, tmp_path, kind):
+    """Exact mode's default flags (drafts on where they keep the text): every request a 200, every text off's, and
+    the chat's last turn starts from most of its history (kept cells, or a checkpoint of the recurrent state)."""
+    exactness, (texts, statuses, reuse) = _served(tmp_path, tiny(kind), "exact")
+    _, (off_texts, off_statuses, _) = _served(tmp_path, tiny(kind), "off")
+    assert exactness["memory"] == MEMORY[kind]
+    # The load-time check, recurrent kernels and a mixture of experts' mul_mat_id included: rows ignore their batch,
+    # and an answer's cells and state are what a prefill makes.
+    assert exactness["batch_invariant"] is True and exactness["decoded_cells_exact"] is True, exactness
+    assert statuses == off_statuses == [200] * 9
+    assert texts == off_texts
+    prompt, cached = reuse[-1]
+    assert cached >= 0.8 * prompt, reuse
+
+
+@pytest.mark.parametrize("kind", ["mamba", "lfm2"])
+def test_fast_mode_reuses_and_answers_every_request(tiny, tmp_path, kind):
+    _, (texts, statuses, reuse) = _served(tmp_path, tiny(kind), "fast")
+    assert statuses == [200] * 9 and all(texts)
+    assert reuse[-1][1] >= 0.8 * reuse[-1][0], reuse
+
+
+def test_drafts_roll_back_through_snapshots_and_keep_the_text(tiny, model_path, tmp_path):
+    """LFM2 keeps snapshots of its state (n_rs_seq): drafts are verified and the rejected tokens undone, and the text
+    is the one decoded without drafts. The test model drafts for it (the same vocabulary), and a random model
+    rejects its drafts, which is what must be undone; Q4_0 weights make a pass of a few rows cost about one row's,
+    so that drafting pays on the tiny model."""
+    texts, drafted = {}, {}
+    for spec in (("--spec-type", "draft", "--model-draft", str(model_path)), ("--spec-type", "none")):
+        worker = start_worker(tmp_path, "--model", str(tiny("lfm2", "Q4_0")), *spec, "--parallel", "2")
+        try:
+            status, body = _post(worker, "/v1/completions", {"prompt": "one two three four five six seven eight",
+                                                             "max_tokens": 64, "temperature": 0})
+            assert status == 200, body
+            texts[spec[1]] = body["choices"][0]["text"]
+            log = worker.log()
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+        ends = [json.loads(line) for line in log.splitlines() if '"request_done"' in line]
+        drafted[spec[1]] = sum(end.get("draft_tokens", 0) for end in ends)
+    assert texts["draft"] == texts["none"]
+    assert drafted["draft"] > 0 and drafted["none"] == 0
+
+
+def test_a_state_without_snapshots_drafts_nothing_and_says_why(tiny, tmp_path):
+    worker = start_worker(tmp_path, "--model", str(tiny("mamba")), "--spec-type", "ngram")
+    try:
+        status, _ = _post(worker, "/v1/completions", {"prompt": "a b c a b c a b c", "max_tokens": 8})
+        log = worker.log()
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    assert status == 200
+    drafts_off = [json.loads(line) for line in log.splitlines() if '"drafts_off"' in line]
+    assert drafts_off and "recurrent state" in drafts_off[0]["reason"] and drafts_off[0]["level"] == "warning"
+
+
+def test_host_memory_keeps_a_conversation_with_its_checkpoints(tiny, tmp_path):
+    """One slot, two conversations in turn: the first one's cells go to host memory with its checkpoints when the
+    second takes the slot, and its next turn goes on from a checkpoint there, as off answers it."""
+    answers = {}
+    for mode in ("exact", "off"):
+        worker = start_worker(tmp_path, "--model", str(tiny("qwen35")), "--prefix-cache", mode, "--parallel", "1")
+        try:
+            first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
+            other = [{"role": "user", "content": "A different question about mountains, please."}]
+            status, body = _chat(worker, first)
+            first += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
+                      {"role": "user", "content": "And about lakes?"}]
+            assert _chat(worker, other)[0] == 200
+            status, body = _chat(worker, first)
+            assert status == 200, body
+            answers[mode] = (body["choices"][0]["message"]["content"],
+                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    assert answers["exact"][0] == answers["off"][0]
+    assert answers["exact"][1] > 0 and answers["off"][1] == 0
+
+
+def test_kv_dir_brings_a_recurrent_state_back_whole(tiny, tmp_path):
+    """--kv-dir: the state a worker left is loaded by the next one, and a prompt that continues all of it goes on from
+    it, with off's text."""
+    prompt = SYSTEM + "Here is the question."
+    longer = {"prompt": prompt + " And a second one, much like it.", "max_tokens": 24, "temperature": 0}
+    kv_dir = tmp_path / "kv"
+    first = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--kv-dir", str(kv_dir))
+    try:
+        assert _post(first, "/v1/completions", {"prompt": prompt, "max_tokens": 1})[0] == 200
+    finally:
+        assert first.stop() == 0, first.log()[-3000:]
+    texts = {}
+    for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
+        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--prefix-cache", mode, *flags)
+        try:
+            status, body = _post(worker, "/v1/completions", longer)
+            assert status == 200, body
+            texts[mode] = (body["choices"][0]["text"], body["usage"]["prompt_tokens_details"]["cached_tokens"])
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    assert texts["exact"][0] == texts["off"][0]
+    assert texts["exact"][1] > 0 and texts["off"][1] == 0
