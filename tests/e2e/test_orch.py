@@ -22,7 +22,8 @@ async def test_health_and_ready(http, base_url):
                 "flash_attn": "on", "cache_type_k": "f16", "cache_type_v": "f16",
                 "attention_pinned": True,
                 "tiled_mm": True, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
-                "moved_cells_exact": True, "answers_reused": True, "speculative": "ngram", "drafts_keep_text": True}
+                "moved_cells_exact": True, "answers_reused": True, "speculative": "ngram", "drafts_keep_text": True,
+                "memory": "anywhere", "rollback_tokens": 0}
     async with http.get(base_url + "/v1/ready") as response:
         body = await response.json()
     assert body["ready"] is True and body["model_loaded"] is True and body["state"] in ("idle", "busy")

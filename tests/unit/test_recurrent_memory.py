@@ -103,3 +103,12 @@ def test_checkpoints_are_held_within_cache_ram_and_push_out_older_saved_cells():
     cache.forget(0)
     assert host.bytes_held == 0
     assert not recurrent_cache(mib=0).add_checkpoint(0, Checkpoint(32, state()))  # --cache-ram 0: none kept
+
+
+def test_a_slots_checkpoints_go_to_host_memory_with_its_cells():
+    cache = recurrent_cache()
+    cache.claim(0)
+    cache.add_checkpoint(0, Checkpoint(96, state()))
+    cache.release(0, TURN, prefilled=100)
+    saved = cache.worth_saving(0, kept=0)
+    assert saved is not None and [checkpoint.pos for checkpoint in saved.checkpoints] == [96]

@@ -53,7 +53,7 @@ def write(path: Path, fingerprint: Fingerprint, saved: SavedCells) -> int:
     """Write the cells to `path` atomically (a temp file, fsynced, renamed into place: user_cache.py's atomic_file);
     returns the file's size."""
     header = json.dumps({"fingerprint": fingerprint.as_dict(), "tokens": len(saved.tokens), "exact": saved.exact,
-                         "bytes": saved.size}).encode()
+                         "bytes": len(saved.data)}).encode()
     digest, written = hashlib.sha256(), 0
     with atomic_file(path) as f:
         for part in (MAGIC, LENGTH.pack(len(header)), header, array("i", saved.tokens).tobytes(),

@@ -154,9 +154,10 @@ class CellTransfer:
     # index order (the tiled one by 64-cell tiles and 256-cell segments). llama_state_seq_set_data empties the slot
     # first, and a slot's stream holds only its own cells, laid from index 0 in position order, so they go from 0 on.
     def _set(self, slot: int, saved: SavedCells) -> bool:
-        loaded = llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, saved.size, slot) == saved.size
+        size = len(saved.data)  # (saved.size counts its checkpoints too)
+        loaded = llama_cpp.llama_state_seq_set_data(self.model.ctx, saved.data, size, slot) == size
         if loaded:
-            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=saved.size)
+            log.debug("cells_restored", slot=slot, cells=len(saved.tokens), bytes=size)
         return loaded
 
     def _stream(self, slot: int) -> ctypes.Array | None:

@@ -24,6 +24,7 @@ class SavedCells:
 
     @property
     def size(self) -> int:
+        """The host memory it holds: the stream's bytes (len(data)) and its checkpoints'."""
         return len(self.data) + sum(checkpoint.size for checkpoint in self.checkpoints)
 
 

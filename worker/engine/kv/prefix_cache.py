@@ -237,7 +237,8 @@ class PrefixCache:
         record, held_cells = self._records[slot], self.cells_held(slot)
         if not self.cuts_anywhere and held_cells < len(record.tokens):  # a recurrent state goes whole or not at all
             return SlotRecord(adapters=record.adapters)
-        return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells), adapters=record.adapters)
+        return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells), adapters=record.adapters,
+                          checkpoints=checkpoints.kept(record.checkpoints, held_cells))
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]
