@@ -298,7 +298,9 @@ def draw_chart(args: argparse.Namespace, results: list[VariantResult], path: Pat
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_peer_flags(p, parallel=4, ctx_size=8192, report="CHAT.md")
+    add_peer_flags(p, parallel=4, ctx_size=8192, report="CHAT.md (--report names another)")
+    p.add_argument("--report", default="CHAT.md", help="the bench/ file --publish writes (CHAT-HYBRID.md for a "
+                                                        "hybrid model: bench/hybrid_model.py)")
     p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS))
     p.add_argument("--conversations", type=int, default=4)
     p.add_argument("--turns", type=int, default=6)
@@ -328,10 +330,10 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     (args.out / "chat.md").write_text(text)
     (args.out / "chat.json").write_text(json.dumps([dataclasses.asdict(r) for r in results], indent=2))
-    chart = args.out / "chat.png"
+    chart = args.out / f"{Path(args.report).stem.lower()}.png"  # chat.png beside CHAT.md
     has_chart = draw_chart(args, results, chart)
     if args.publish:
-        publish(text, chart if has_chart else None, "CHAT.md", "time to first token per turn")
+        publish(text, chart if has_chart else None, args.report, "time to first token per turn")
     return 0
 
 
