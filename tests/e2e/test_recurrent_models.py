@@ -186,3 +186,30 @@ def test_kv_dir_brings_a_recurrent_state_back_whole(tiny, tmp_path):
             assert worker.stop() == 0, worker.log()[-3000:]
     assert texts["exact"][0] == texts["off"][0]
     assert texts["exact"][1] > 0 and texts["off"][1] == 0
+
+
+def test_kv_dir_keeps_a_conversations_checkpoints_across_a_restart(tiny, tmp_path):
+    """A conversation's cells and checkpoints written to --kv-dir on drain: the replacement worker takes its next
+    turn from a checkpoint read from disk, with off's text."""
+    first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
+    kv_dir = tmp_path / "kv"
+    worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--kv-dir", str(kv_dir))
+    try:
+        status, body = _chat(worker, first)
+        assert status == 200, body
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    following = [*first, {"role": "assistant", "content": body["choices"][0]["message"]["content"]},
+                 {"role": "user", "content": "And about lakes?"}]
+    answers = {}
+    for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
+        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--prefix-cache", mode, *flags)
+        try:
+            status, body = _chat(worker, following)
+            assert status == 200, body
+            answers[mode] = (body["choices"][0]["message"]["content"],
+                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    assert answers["exact"][0] == answers["off"][0]
+    assert answers["exact"][1] > 0 and answers["off"][1] == 0

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import REPO
 from worker.engine.kv import cell_file
+from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.disk_cache import DiskCache
 from worker.engine.kv.fingerprint import Fingerprint
 from worker.engine.kv.host_cache import SavedCells
@@ -37,6 +38,16 @@ def test_a_written_file_reads_back_as_the_same_cells(tmp_path):
     assert (back.tokens, back.exact, bytes(back.data)) == (saved.tokens, saved.exact, bytes(saved.data))
     assert cell_file.read_head(tmp_path / "one.kv", PRINT).tokens == saved.tokens
     assert [p.name for p in tmp_path.iterdir()] == ["one.kv"]  # the temp file was renamed, nothing left beside it
+
+
+def test_a_recurrent_states_checkpoints_read_back_with_its_cells(tmp_path):
+    saved = cells()
+    saved.checkpoints = [Checkpoint(16, cells(data=300, seed=1).data), Checkpoint(32, cells(data=200, seed=2).data)]
+    size = cell_file.write(tmp_path / "one.kv", PRINT, saved)
+    assert cell_file.read_head(tmp_path / "one.kv", PRINT).file_bytes == size
+    back = cell_file.read(tmp_path / "one.kv", PRINT)
+    assert [(c.pos, bytes(c.data)) for c in back.checkpoints] == [(c.pos, bytes(c.data)) for c in saved.checkpoints]
+    assert bytes(back.data) == bytes(saved.data)
 
 
 def test_a_file_truncated_anywhere_never_loads(tmp_path):

@@ -9,15 +9,18 @@ import json
 import struct
 from array import array
 from dataclasses import dataclass
+from io import BufferedReader
 from pathlib import Path
 from typing import IO
 
+from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.fingerprint import Fingerprint
 from worker.engine.kv.host_cache import SavedCells
 from worker.user_cache import atomic_file
 
-# The layout: magic (8 bytes) | header length (u32 LE) | header (JSON: fingerprint, tokens, exact, bytes) |
-# tokens (int32 LE each) | cells (llama_state_seq_get_data's bytes) | sha256 of everything before it.
+# The layout: magic (8 bytes) | header length (u32 LE) | header (JSON: fingerprint, tokens, exact, bytes and, for a
+# recurrent state, checkpoints: [position, bytes] each) | tokens (int32 LE each) | cells (llama_state_seq_get_data's
+# bytes) | each checkpoint's state (checkpoints.py) | sha256 of everything before it.
 MAGIC = b"LLMWKV1\n"
 LENGTH = struct.Struct("<I")
 DIGEST_BYTES = hashlib.sha256().digest_size
@@ -43,21 +46,25 @@ class Head:
     exact: int
     data_bytes: int
     head_bytes: int  # magic, length, header and tokens: where the cells start
+    checkpoints: tuple[tuple[int, int], ...] = ()  # (position, bytes) of each checkpoint after the cells
 
     @property
     def file_bytes(self) -> int:
-        return self.head_bytes + self.data_bytes + DIGEST_BYTES
+        return self.head_bytes + self.data_bytes + sum(size for _, size in self.checkpoints) + DIGEST_BYTES
 
 
 def write(path: Path, fingerprint: Fingerprint, saved: SavedCells) -> int:
     """Write the cells to `path` atomically (a temp file, fsynced, renamed into place: user_cache.py's atomic_file);
     returns the file's size."""
     header = json.dumps({"fingerprint": fingerprint.as_dict(), "tokens": len(saved.tokens), "exact": saved.exact,
-                         "bytes": len(saved.data)}).encode()
+                         "bytes": len(saved.data),
+                         "checkpoints": [[checkpoint.pos, checkpoint.size] for checkpoint in saved.checkpoints]})
     digest, written = hashlib.sha256(), 0
     with atomic_file(path) as f:
-        for part in (MAGIC, LENGTH.pack(len(header)), header, array("i", saved.tokens).tobytes(),
-                     memoryview(saved.data)):
+        parts: list[bytes | memoryview] = [MAGIC, LENGTH.pack(len(header)), header.encode(),
+                                           array("i", saved.tokens).tobytes(), memoryview(saved.data)]
+        parts += [memoryview(checkpoint.data) for checkpoint in saved.checkpoints]
+        for part in parts:
             digest.update(part)
             written += f.write(part)
         written += f.write(digest.digest())
@@ -76,14 +83,21 @@ def read(path: Path, fingerprint: Fingerprint) -> SavedCells:
     (fingerprint.py)."""
     with path.open("rb") as f:
         head, raw = _head(f, fingerprint, path.stat().st_size)
-        data = (ctypes.c_uint8 * head.data_bytes)()
-        if f.readinto(memoryview(data).cast("B")) != head.data_bytes:
-            raise UnusableFile("truncated while read")
         digest = hashlib.sha256(raw)
-        digest.update(memoryview(data))
+        data = _read_bytes(f, head.data_bytes, digest)
+        checkpoints = [Checkpoint(pos, _read_bytes(f, size, digest)) for pos, size in head.checkpoints]
         if f.read(DIGEST_BYTES + 1) != digest.digest():
             raise UnusableFile("checksum differs: the file is corrupt")
-    return SavedCells(head.tokens, head.exact, data)
+    return SavedCells(head.tokens, head.exact, data, checkpoints=checkpoints)
+
+
+def _read_bytes(f: BufferedReader, size: int, digest: hashlib._Hash) -> ctypes.Array:
+    """The next `size` bytes of the file, hashed into `digest` as they are read."""
+    data = (ctypes.c_uint8 * size)()
+    if f.readinto(memoryview(data).cast("B")) != size:
+        raise UnusableFile("truncated while read")
+    digest.update(memoryview(data))
+    return data
 
 
 def _head(f: IO[bytes], fingerprint: Fingerprint, size: int) -> tuple[Head, bytes]:
@@ -103,18 +117,21 @@ def _head(f: IO[bytes], fingerprint: Fingerprint, size: int) -> tuple[Head, byte
         header = json.loads(raw_header)
         saved_print, n_tokens, exact, data_bytes = (dict(header["fingerprint"]), int(header["tokens"]),
                                                     int(header["exact"]), int(header["bytes"]))
+        checkpoints = tuple((int(pos), int(size)) for pos, size in header.get("checkpoints", []))
     except (ValueError, KeyError, TypeError) as exc:
         raise UnusableFile(f"corrupt header ({exc})") from None
-    if not (0 <= exact <= n_tokens and data_bytes >= 0):
+    if not (0 <= exact <= n_tokens and data_bytes >= 0
+            and all(0 < pos <= n_tokens and size > 0 for pos, size in checkpoints)):
         raise UnusableFile(f"corrupt header ({n_tokens} tokens, {exact} exact, {data_bytes} bytes)")
     if differs := fingerprint.explain(saved_print):
         raise OtherFingerprint(f"fingerprint differs: {differs}")
-    expected = len(start) + length + TOKEN * n_tokens + data_bytes + DIGEST_BYTES
+    expected = len(start) + length + TOKEN * n_tokens + data_bytes + sum(size for _, size in checkpoints) + DIGEST_BYTES
     if size != expected:
         raise UnusableFile(f"{'truncated' if size < expected else 'corrupt'}: {size} bytes where its header says "
                        f"{expected}")
     raw_tokens = f.read(TOKEN * n_tokens)
     if len(raw_tokens) < TOKEN * n_tokens:
         raise UnusableFile("truncated while read")
-    head = Head(array("i", raw_tokens).tolist(), exact, data_bytes, len(start) + length + len(raw_tokens))
+    head = Head(array("i", raw_tokens).tolist(), exact, data_bytes, len(start) + length + len(raw_tokens),
+                checkpoints)
     return head, start + raw_header + raw_tokens

@@ -96,7 +96,8 @@ class CellTransfer:
             return None
         record = self.cache.reusable_record(slot)
         data = self._stream(slot)
-        return None if data is None else SavedCells(record.tokens, record.exact, data, record.adapters)
+        return None if data is None else SavedCells(record.tokens, record.exact, data, record.adapters,
+                                                    record.checkpoints)
 
     def snapshots(self, slots: list[int], known: Callable[[list[int], int], bool]) -> tuple[list[SavedCells],
                                                                                              list[list[int]]]:
@@ -131,6 +132,7 @@ class CellTransfer:
             return False
         self.cache.forget(slot)  # (checkpoints of what the slot held before are not of these cells)
         self.cache.release(slot, saved.tokens, saved.exact, saved.adapters)
+        self.cache.share_checkpoints(self.cache.record_of(saved), slot, len(saved.tokens))
         return True
 
     def erase(self, slot: int) -> int:

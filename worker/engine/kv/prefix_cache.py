@@ -176,7 +176,8 @@ class PrefixCache:
     def share_checkpoints(self, source: SlotRecord, slot: int, upto: int) -> None:
         """A slot given a copy of another's cells takes its checkpoints up to `upto` too (the same bytes)."""
         record = self._records[slot]
-        record.checkpoints = checkpoints.kept(source.checkpoints, upto)
+        record.checkpoints = source.checkpoints
+        self._keep_checkpoints(record, upto)
 
     def add_checkpoint(self, slot: int, checkpoint: Checkpoint) -> bool:
         """Keep a checkpoint of a running request's slot, within --cache-ram (host memory makes room for it); False
