@@ -213,3 +213,25 @@ def test_kv_dir_keeps_a_conversations_checkpoints_across_a_restart(tiny, tmp_pat
             assert worker.stop() == 0, worker.log()[-3000:]
     assert answers["exact"][0] == answers["off"][0]
     assert answers["exact"][1] > 0 and answers["off"][1] == 0
+
+
+@pytest.mark.parametrize("kind", ["mamba", "lfm2"])
+def test_a_new_conversation_goes_on_from_a_shared_system_prompts_checkpoint(tiny, tmp_path, kind):
+    """The state is checkpointed where the system prompt ends: another conversation with the same system prompt
+    starts from there (copied from the first one's slot), with off's text."""
+    answers = {}
+    for mode in ("exact", "off"):
+        worker = start_worker(tmp_path, "--model", str(tiny(kind)), "--prefix-cache", mode, "--parallel", "2")
+        try:
+            assert _chat(worker, [{"role": "system", "content": SYSTEM},
+                                  {"role": "user", "content": "Tell me about rivers."}])[0] == 200
+            status, body = _chat(worker, [{"role": "system", "content": SYSTEM},
+                                          {"role": "user", "content": "Something else: mountains."}])
+            assert status == 200, body
+            answers[mode] = (body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"],
+                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    assert answers["exact"][0] == answers["off"][0]
+    _, prompt, cached = answers["exact"]
+    assert cached >= prompt - 16 and answers["off"][2] == 0, answers  # all of it but the user's message

@@ -65,13 +65,19 @@ def test_a_prompt_goes_on_from_the_newest_checkpoint_it_shares():
 
 def test_exact_mode_checkpoints_on_the_grid_and_never_settles_a_recurrent_state():
     cache = recurrent_cache(CacheMode.EXACT)
-    assert cache.checkpoint_position(130) == 112  # 4 tokens back, down to the 16-cell grid
+    assert cache.checkpoint_positions(130) == (112,)  # 4 tokens back, down to the 16-cell grid
+    assert cache.checkpoint_positions(130, hints=(40,)) == (32, 112)  # and where its system prompt ends
     cache.trust_decoded_cells()
-    assert cache.checkpoint_position(130) == 126
+    assert cache.checkpoint_positions(130, hints=(40,)) == (40, 126)
     cache.release(0, TURN, prefilled=100)
     assert cache.unsettled([0, 1]) is None  # the answer's cells cannot be dropped to be prefilled again
-    assert PrefixCache(CacheMode.OFF, 2, cuts_anywhere=False).checkpoint_position(130) is None
-    assert PrefixCache(CacheMode.FAST, 2, HostCache(limit_mib=8)).checkpoint_position(130) is None
+    assert PrefixCache(CacheMode.OFF, 2, cuts_anywhere=False).checkpoint_positions(130) == ()
+    assert PrefixCache(CacheMode.FAST, 2, HostCache(limit_mib=8)).checkpoint_positions(130) == ()
+
+
+def test_a_slot_keeps_its_first_checkpoint_and_its_newest():
+    made = [Checkpoint(pos, state(8)) for pos in (40, 100, 200, 300, 400, 500)]
+    assert [checkpoint.pos for checkpoint in checkpoints.kept(made, 450)] == [40, 200, 300, 400]
 
 
 def test_a_prompt_is_cut_where_its_checkpoint_goes():
@@ -81,6 +87,9 @@ def test_a_prompt_is_cut_where_its_checkpoint_goes():
     seq.slot, seq.state = 0, SequenceState.PREFILLING
     chunks = scheduler.plan([seq], [1], waiting=0, idle=False).prefill
     assert [(chunk.start, chunk.end) for chunk in chunks] == [(0, checkpoints.position(200, 16))]
+    hinted = Sequence(Request(prompt_tokens=list(range(200)), max_tokens=8, checkpoints=(70,)))
+    hinted.slot, hinted.state = 0, SequenceState.PREFILLING
+    assert [(c.start, c.end) for c in scheduler.plan([hinted], [1], waiting=0, idle=False).prefill] == [(0, 64)]
 
 
 def test_only_a_whole_state_is_worth_saving_to_host_memory():

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -38,18 +38,26 @@ class Turn:
     answers: Answers = PlainText
 
 
-def chat_text(served: ServedModel, chat: ChatRequest) -> str:
-    """The prompt's text: the history and the tools on offer as the template's tool-call format shows them."""
+def _template_input(served: ServedModel, chat: ChatRequest) -> tuple[list[dict[str, Any]], list[dict] | None]:
+    """The history and the tools on offer as the template's tool-call format shows them."""
     template, tools = served.prompts.template_source, chat.tools
     messages = template_messages(chat.messages, detect(template), template, tools)
-    offered = [f.as_tool() for f in tools.functions] if tools is not None else None
+    return messages, [f.as_tool() for f in tools.functions] if tools is not None else None
+
+
+def chat_text(served: ServedModel, chat: ChatRequest) -> str:
+    """The prompt's text, through the model's chat template."""
+    messages, offered = _template_input(served, chat)
     return served.prompts.chat_text(messages, chat.template_kwargs, chat.prefill, offered)
 
 
 def chat_turn(served: ServedModel, chat: ChatRequest, images: tuple[ImageInput, ...]) -> Turn:
     """`images`: the chat's images, each read (its links too)."""
     tools, fmt = chat.tools, detect(served.prompts.template_source)
-    prompt = served.prompts.chat_prompt(chat_text(served, chat), decoded_images(served, images) if images else None)
+    messages, offered = _template_input(served, chat)
+    text = served.prompts.chat_text(messages, chat.template_kwargs, chat.prefill, offered)
+    prompt = served.prompts.chat_prompt(text, decoded_images(served, images) if images else None)
+    prompt = served.prompts.with_checkpoints(prompt, messages, chat.template_kwargs, offered)
     if images:
         check_images_fit(served, prompt, len(images))
     if tools is None:

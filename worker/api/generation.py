@@ -35,7 +35,7 @@ def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generat
                     generation.stop, request_id, timeout_s=worker.settings.request_timeout,
                     logprobs=generation.logprobs, reasoning=prompt.reasoning,
                     prompt_logprobs=generation.logprobs if generation.scores_prompt else None, media=prompt.media,
-                    adapters=adapters)
+                    adapters=adapters, checkpoints=prompt.checkpoints)
             for i in range(generation.n)]
 
 

@@ -60,6 +60,9 @@ class ChatPrompt:
     tokens: list[int]  # with an image's stand-ins at its span (media.py)
     reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
     media: tuple[MediaSpan, ...] = ()  # the images in it, in order (--mmproj)
+    # Where a recurrent state is worth a checkpoint besides near the prompt's end (kv/checkpoints.py): where its
+    # system prompt ends, which another conversation may share.
+    checkpoints: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +112,7 @@ class Request:
     # Read these tokens' logits at the prompt's last row (a rerank's yes and no, pooling/rerank.py) and send them in
     # a Scored event once the prompt is prefilled; with max_tokens 0 nothing is generated.
     score_tokens: tuple[int, ...] = ()
+    checkpoints: tuple[int, ...] = ()  # ChatPrompt.checkpoints
 
 
 class FinishReason(str, enum.Enum):

@@ -265,7 +265,7 @@ class ModelRunner:
         if self.speculator:
             self.speculator.observe_call([(seq.slot, rows)], self.decode_s - started)
         seq.n_past = chunk.end
-        if chunk.end == self.cache.checkpoint_position(len(prompt)):
+        if chunk.end in self.cache.checkpoint_positions(len(prompt), seq.request.checkpoints):
             self._checkpoint(seq)
         if n_top is not None:
             self._score_prompt(chunk, n_top)

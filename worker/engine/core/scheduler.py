@@ -233,9 +233,10 @@ class Scheduler:
                 # grid of micro-batches a cold prefill is cut the same way, so the lone row is its too.
                 if len(sequence.prompt) - end == 1 and end - grid > start:
                     end -= grid
-            checkpoint = self.cache.checkpoint_position(len(sequence.prompt))
-            if checkpoint is not None and start < checkpoint < end:  # a chunk ends there, and the runner saves it
-                end = checkpoint
+            # A chunk ends where the prompt is checkpointed, and the runner saves the state there.
+            end = next((pos for pos in self.cache.checkpoint_positions(len(sequence.prompt),
+                                                                       sequence.request.checkpoints)
+                        if start < pos < end), end)
             if end <= start:
                 break
             prefill.append(Chunk(sequence, start, end))

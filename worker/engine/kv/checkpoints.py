@@ -12,7 +12,8 @@ from dataclasses import dataclass
 # of a chat resends the prompt whole but for its last few tokens, where a template may write the previous answer's
 # turn otherwise (a reasoning dropped, its closing tag), as llama-server's newest checkpoint sits 4 tokens back.
 TAIL = 4
-# Checkpoints a slot keeps, newest kept: each one holds every recurrent layer's state.
+# Checkpoints a slot keeps, the first (often where a system prompt other conversations share ends) and the newest:
+# each one holds every recurrent layer's state.
 PER_SLOT = 4
 
 
@@ -33,5 +34,6 @@ def position(prompt_tokens: int, grid: int) -> int:
 
 
 def kept(checkpoints: list[Checkpoint], upto: int) -> list[Checkpoint]:
-    """The checkpoints at or before position `upto`, newest last, at most PER_SLOT."""
-    return [checkpoint for checkpoint in checkpoints if checkpoint.pos <= upto][-PER_SLOT:]
+    """The checkpoints at or before position `upto`, in order, at most PER_SLOT: the first and the newest."""
+    within = [checkpoint for checkpoint in checkpoints if checkpoint.pos <= upto]
+    return within if len(within) <= PER_SLOT else [within[0], *within[1 - PER_SLOT:]]

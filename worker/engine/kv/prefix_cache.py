@@ -158,13 +158,16 @@ class PrefixCache:
         """What saved cells hold, as a slot would record them."""
         return SlotRecord(saved.tokens, saved.exact, adapters=saved.adapters, checkpoints=saved.checkpoints)
 
-    def checkpoint_position(self, prompt_tokens: int) -> int | None:
-        """Where a prompt of this many tokens has its recurrent state checkpointed while prefilled, so that the next
-        prompt sharing it can go on from there; None: nowhere (cells cut anywhere, or nothing is reused)."""
+    def checkpoint_positions(self, prompt_tokens: int, hints: tuple[int, ...] = ()) -> tuple[int, ...]:
+        """Where a prompt of this many tokens has its recurrent state checkpointed while prefilled, so that a prompt
+        sharing it can go on from there: near its end, and at `hints` (where its system prompt ends); none where
+        cells cut anywhere or nothing is reused."""
         if self.cuts_anywhere or self.host is None:
-            return None
+            return ()
         # Exact mode reuses cells up to the grid only, unless it trusts every cell (as fast mode does).
-        return checkpoints.position(prompt_tokens, 1 if self.every_cell else self.grid) or None
+        grid = 1 if self.every_cell else self.grid
+        wanted = {align_down(hint, grid) for hint in hints} | {checkpoints.position(prompt_tokens, grid)}
+        return tuple(sorted(pos for pos in wanted if 0 < pos < prompt_tokens))
 
     def checkpoint(self, holder: SlotRecord, cells: int) -> Checkpoint | None:
         """The checkpoint of a slot's recurrent state (as `holder` records it) that a prompt reusing its first

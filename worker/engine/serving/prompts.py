@@ -4,6 +4,8 @@ projector, so any thread may call it (the API tokenizes off the event loop)."""
 
 from __future__ import annotations
 
+import os
+from dataclasses import replace
 from typing import Any
 
 from worker.engine.constraints.grammar import grammar_problem
@@ -79,6 +81,20 @@ class Prompts:
             media = self.projector.tokenize(prompt, images, add_special=add_bos)
             return ChatPrompt(media.tokens, reasoning, media.spans)
         return ChatPrompt(self.model.tokenize(prompt, add_special=add_bos), reasoning)
+
+    def with_checkpoints(self, prompt: ChatPrompt, messages: list[dict[str, Any]],
+                         template_kwargs: dict[str, Any] | None = None,
+                         tools: list[dict[str, Any]] | None = None) -> ChatPrompt:
+        """The prompt with the position where its system prompt ends, for a model whose recurrent state a later
+        conversation sharing that system prompt can only go on from a checkpoint of (native/memory.py): the system
+        messages rendered alone share their tokens with the whole conversation's up to there. Unchanged where the
+        memory cuts anywhere, or where no system message leads."""
+        leading = next((i for i, message in enumerate(messages) if message.get("role") != "system"), len(messages))
+        if self.model.memory_kind.cuts_anywhere or leading in (0, len(messages)):
+            return prompt
+        system = self.chat_prompt(self.chat_text(messages[:leading], template_kwargs, tools=tools)).tokens
+        end = len(os.path.commonprefix([system, prompt.tokens]))
+        return replace(prompt, checkpoints=(end,)) if end else prompt
 
     def decode_image(self, data: bytes) -> Bitmap:
         """An image's pixels, hashed for the cache; raises ImageUnreadable. Any thread (the API's)."""
