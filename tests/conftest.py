@@ -14,7 +14,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from worker.engine import bound_barrier_spins
 from worker.source import load_registry, resolve_model
+
+# The tests that load llama.cpp in this process wait at its barriers as the worker does (worker/engine/thread_waits.py).
+bound_barrier_spins()
 
 REPO = Path(__file__).resolve().parent.parent
 

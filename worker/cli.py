@@ -14,7 +14,7 @@ import click
 
 from worker import __version__
 from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
-from worker.engine import DRAFT_MAX
+from worker.engine import DRAFT_MAX, bound_barrier_spins
 from worker.fields import MAX_DRAFT
 from worker.logs import configure as configure_logs
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
@@ -110,6 +110,7 @@ def cli() -> None:
     COMMAND --help` explains each command. README.md and docs/ in the source repository
     have the rest.
     """
+    bound_barrier_spins()  # before any command loads llama.cpp: a busy host's cores must not stall its threads
 
 
 @cli.command(cls=SectionedCommand, sections=SERVE_SECTIONS,

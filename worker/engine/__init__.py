@@ -81,6 +81,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.serving.saved_cells import SlotFile as SlotFile
     from worker.engine.serving.served_model import ServedModel as ServedModel
     from worker.engine.startup.load import load_model as load_model
+    from worker.engine.thread_waits import bound_barrier_spins as bound_barrier_spins
 
 __getattr__ = exports(__name__, {
     # loading, and what it hands back
@@ -109,6 +110,7 @@ __getattr__ = exports(__name__, {
     "TILED_MM_ENV": "exactness.ggml_switches", "choose_kernels": "exactness.ggml_switches",
     "ASSISTING_BACKENDS": "native.backends", "BuildInfo": "native.backends", "build_info": "native.backends",
     "require_backend": "native.backends", "check_rpc": "native.rpc", "quantize_model": "native.quantize",
+    "bound_barrier_spins": "thread_waits",
     # grammars, checked and converted before a request is queued
     "GrammarSampler": "constraints.grammar", "grammar_problem": "constraints.grammar",
     "SchemaProblem": "constraints.json_schema", "object_grammar": "constraints.json_schema",

@@ -31,7 +31,9 @@ async def health(request: web.Request) -> web.Response:
         served = worker.require_served()
         return web.json_response({"status": "healthy", "vram_bytes": worker.vram_bytes(), **worker.cache_ram(),
                                   "input_modalities": list(served.prompts.input_modalities),
-                                  "exactness": served.facts.exactness.as_dict()})
+                                  "exactness": served.facts.exactness.as_dict(),
+                                  # what startup left to measure once idle (busy cores): drafts weigh estimates
+                                  "untimed_pass_rows": list(served.stats().untimed_pass_rows)})
     return web.json_response({"status": worker.phase.value}, status=503)
 
 

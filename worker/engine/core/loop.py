@@ -158,6 +158,7 @@ class EngineLoop:
             step_s=totals[1],
             decode_s=totals[2],
             adapter_switches=self.model.adapters.switches,
+            untimed_pass_rows=tuple(self.speculator.untimed) if self.speculator else (),
         )
 
     # -- the engine thread ---------------------------------------------------------

@@ -24,7 +24,7 @@ from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
 from worker.engine.sequence import Sequence, SequenceState
-from worker.engine.speculative.speculator import Speculator
+from worker.engine.speculative.speculator import TIMING_AT_LOAD_S, Speculator
 
 log = structlog.get_logger(__name__)
 
@@ -183,11 +183,15 @@ class ModelRunner:
 
     def measure_passes(self, speculator: Speculator) -> None:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
-        machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread."""
+        machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread,
+        for at most TIMING_AT_LOAD_S: the row counts left are timed once idle, and said in the log and /health."""
+        deadline = time.perf_counter() + TIMING_AT_LOAD_S
         for rows in speculator.timed_rows:
-            if (seconds := self.time_pass(rows, PassPlace(0, 0))) is not None:
+            if time.perf_counter() > deadline:
+                speculator.untimed.append(rows)
+            elif (seconds := self.time_pass(rows, PassPlace(0, 0))) is not None:
                 speculator.costs.timed(rows, seconds)
-        log.info("passes_timed", ms=speculator.costs.milliseconds)
+        log.info("passes_timed", ms=speculator.costs.milliseconds, untimed=speculator.untimed)
 
     def time_pass(self, rows: int, place: PassPlace) -> float | None:
         """The faster of two passes of `rows` rows at `place`, whose cells are dropped after each (as a rejected

@@ -43,6 +43,7 @@ class SchedulerStats:
     step_s: float = 0.0
     decode_s: float = 0.0
     adapter_switches: int = 0  # times the context changed its LoRA adapter set (native/adapters.py)
+    untimed_pass_rows: tuple[int, ...] = ()  # draft passes startup did not time (busy cores), timed once idle
 
 
 @dataclass

@@ -71,6 +71,10 @@ TIMED_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 # Passes timed at load are timed again, idle, where serving showed that a busy process ran beside the first timing
 # (PassCosts.timed_beside_load); at most this often, so that a machine busy by turns costs an idle worker little.
 RETIME_EVERY_S = 60.0
+# Startup times passes for at most this long: on a host whose cores are busy each pass costs many times its quiet
+# cost, and a worker is ready when its model is. The row counts left are estimated from those timed
+# (PassCosts.of) and timed once the worker is idle (pass_to_time_again).
+TIMING_AT_LOAD_S = 3.0
 
 
 # The proposer says what a sequence could draft, the rule (draft_rule.py) how much of it is worth the step's rows, and
@@ -85,6 +89,7 @@ class Speculator:
         self.proposer = proposer
         self.costs = PassCosts()
         self._retiming: list[int] = []  # row counts left to time again
+        self.untimed: list[int] = []  # row counts startup left untimed (TIMING_AT_LOAD_S), timed first once idle
         self._retimed_at = -RETIME_EVERY_S  # monotonic time the last timing again began
         self.yields = StepYields(from_rows=1 if proposer.decodes else 2)
         # Per kind, apart for greedy and sampled requests: a sampled answer keeps fewer drafted tokens, and a burst
@@ -98,7 +103,10 @@ class Speculator:
         return [rows for rows in TIMED_ROWS if rows <= self.draft_max + 1]
 
     def pass_to_time_again(self, now: float) -> int | None:
-        """The next row count to time again while the engine is idle, where that is due; None: none is."""
+        """The next row count to time again while the engine is idle, where that is due; None: none is. The row
+        counts startup left untimed are due at once."""
+        if self.untimed and not self._retiming:
+            self._retiming = list(self.untimed)
         if not self._retiming and self.costs.timed_beside_load() and now - self._retimed_at >= RETIME_EVERY_S:
             self._retiming, self._retimed_at = self.timed_rows, now
         return self._retiming[0] if self._retiming else None
@@ -109,8 +117,11 @@ class Speculator:
         self._retiming.remove(rows)
         if seconds is None:
             self._retiming.clear()
+            self.untimed.clear()  # not tried again: those row counts stay estimated
         else:
             self.costs.timed(rows, seconds)
+            if rows in self.untimed:
+                self.untimed.remove(rows)
         return not self._retiming
 
     def start(self, seq: DraftingSequence) -> None:
