@@ -187,3 +187,20 @@ def test_passes_timed_beside_a_busy_process_are_timed_again_when_serving_shows_i
     assert speculator.pass_to_time_again(RETIME_EVERY_S) == 1
     assert speculator.timed_again(1, None) is True  # a failed decode ends the round
     assert speculator.pass_to_time_again(RETIME_EVERY_S + 1) is None
+
+
+def test_row_counts_startup_left_untimed_are_timed_first_once_idle():
+    """Startup that ran out of time (busy cores) leaves row counts untimed: they weigh as estimates from the timed
+    ones, are due at once when idle (before any RETIME_EVERY_S), and leave the list as each is timed."""
+    speculator = Speculator(EngineConfig(spec_type=SpecType.NGRAM, draft_max=4), PromptLookup())
+    speculator.costs.timed(1, 30e-3)
+    speculator.untimed.extend([2, 3, 4, 5])
+    assert speculator.costs.of(3) == 90e-3  # a row's cost each, until timed
+    assert speculator.pass_to_time_again(0.0) == 2
+    assert speculator.timed_again(2, 12e-3) is False and speculator.untimed == [3, 4, 5]
+    for rows in (3, 4):
+        assert speculator.pass_to_time_again(0.1) == rows
+        speculator.timed_again(rows, rows * 5e-3)
+    assert speculator.costs.of(3) == 15e-3
+    assert speculator.timed_again(speculator.pass_to_time_again(0.2) or 0, 25e-3) is True
+    assert speculator.untimed == [] and speculator.pass_to_time_again(0.3) is None
