@@ -235,3 +235,28 @@ def test_a_new_conversation_goes_on_from_a_shared_system_prompts_checkpoint(tiny
     assert answers["exact"][0] == answers["off"][0]
     _, prompt, cached = answers["exact"]
     assert cached >= prompt - 16 and answers["off"][2] == 0, answers  # all of it but the user's message
+
+
+@pytest.mark.parametrize("kind", ["mamba", "lfm2"])
+def test_an_edited_last_message_goes_on_from_where_it_starts(tiny, tmp_path, kind):
+    """The state is checkpointed where a chat's last user message starts: the same chat with that message edited
+    goes on from there, past the checkpoint of the turn before (4 tokens before its prompt's end), with off's text."""
+    answer = "Rivers carry rain and snowmelt from high ground down to lakes and seas, cutting valleys as they go. " * 2
+    history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
+    answers = {}
+    for mode in ("exact", "off"):
+        worker = start_worker(tmp_path, "--model", str(tiny(kind)), "--prefix-cache", mode, "--parallel", "1")
+        try:
+            status, first = _chat(worker, history)
+            assert status == 200, first
+            history_and_answer = [*history, {"role": "assistant", "content": answer}]
+            assert _chat(worker, [*history_and_answer, {"role": "user", "content": "And lakes?"}])[0] == 200
+            status, body = _chat(worker, [*history_and_answer, {"role": "user", "content": "And glaciers, then?"}])
+            assert status == 200, body
+            answers[mode] = (body["choices"][0]["message"]["content"], first["usage"]["prompt_tokens"],
+                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    assert answers["exact"][0] == answers["off"][0]
+    _, first_prompt, cached = answers["exact"]
+    assert cached > first_prompt + 20 and answers["off"][2] == 0, answers  # past the first turn's prompt and answer

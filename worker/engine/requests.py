@@ -61,7 +61,7 @@ class ChatPrompt:
     reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
     media: tuple[MediaSpan, ...] = ()  # the images in it, in order (--mmproj)
     # Where a recurrent state is worth a checkpoint besides near the prompt's end (kv/checkpoints.py): where its
-    # system prompt ends, which another conversation may share.
+    # system prompt ends, which another conversation may share, and where its last user message starts.
     checkpoints: tuple[int, ...] = ()
 
 

@@ -160,7 +160,7 @@ class PrefixCache:
 
     def checkpoint_positions(self, prompt_tokens: int, hints: tuple[int, ...] = ()) -> tuple[int, ...]:
         """Where a prompt of this many tokens has its recurrent state checkpointed while prefilled, so that a prompt
-        sharing it can go on from there: near its end, and at `hints` (where its system prompt ends); none where
+        sharing it can go on from there: near its end, and at `hints` (Prompts.with_checkpoints); none where
         cells cut anywhere or nothing is reused."""
         if self.cuts_anywhere or self.host is None:
             return ()

@@ -85,16 +85,21 @@ class Prompts:
     def with_checkpoints(self, prompt: ChatPrompt, messages: list[dict[str, Any]],
                          template_kwargs: dict[str, Any] | None = None,
                          tools: list[dict[str, Any]] | None = None) -> ChatPrompt:
-        """The prompt with the position where its system prompt ends, for a model whose recurrent state a later
-        conversation sharing that system prompt can only go on from a checkpoint of (native/memory.py): the system
-        messages rendered alone share their tokens with the whole conversation's up to there. Unchanged where the
-        memory cuts anywhere, or where no system message leads."""
-        leading = next((i for i, message in enumerate(messages) if message.get("role") != "system"), len(messages))
-        if self.model.memory_kind.cuts_anywhere or leading in (0, len(messages)):
+        """The prompt with the positions a later prompt is likely to share it up to, for a model whose recurrent
+        state can only go on from a checkpoint (native/memory.py): where its system prompt ends (another conversation
+        with that system prompt), and where its last user message starts (that message edited, or its answer asked
+        again with another): the messages before rendered alone share their tokens with the whole conversation's up
+        to there. Unchanged where the memory cuts anywhere."""
+        if self.model.memory_kind.cuts_anywhere:
             return prompt
-        system = self.chat_prompt(self.chat_text(messages[:leading], template_kwargs, tools=tools)).tokens
-        end = len(os.path.commonprefix([system, prompt.tokens]))
-        return replace(prompt, checkpoints=(end,)) if end else prompt
+        leading = next((i for i, message in enumerate(messages) if message.get("role") != "system"), len(messages))
+        last_user = max((i for i, message in enumerate(messages) if message.get("role") == "user"), default=0)
+        ends = []
+        for before in sorted({leading, last_user} - {0, len(messages)}):
+            rendered = self.chat_prompt(self.chat_text(messages[:before], template_kwargs, tools=tools)).tokens
+            ends.append(len(os.path.commonprefix([rendered, prompt.tokens])))
+        hints = tuple(end for end in ends if end)
+        return replace(prompt, checkpoints=hints) if hints else prompt
 
     def decode_image(self, data: bytes) -> Bitmap:
         """An image's pixels, hashed for the cache; raises ImageUnreadable. Any thread (the API's)."""
