@@ -1,8 +1,8 @@
 """Probe: does a row's logits depend on anything but its own tokens? Per weight type, per set of kernels.
 
 One prompt of ~690 tokens (past the 512 cells where llama.cpp's flash attention splits a lone row's KV over the
-threads), four KV streams (kv_unified off, as the worker runs), 2 threads. Each case prints the largest |logit
-difference| against the same tokens prefilled whole in one llama_decode; 0 is bitwise equal:
+threads), four KV streams (kv_unified off, as the worker runs), 2 threads (--threads N: N). Each case prints the
+largest |logit difference| against the same tokens prefilled whole in one llama_decode; 0 is bitwise equal:
   cut N        the prompt prefilled in chunks of N rows (1: one token at a time), its last logits;
   decoded      24 greedy tokens decoded one at a time after the prompt, the last one's logits;
   next turn    then a 16-token turn prefilled on the decode-made cells, its last logits;
@@ -10,7 +10,8 @@ difference| against the same tokens prefilled whole in one llama_decode; 0 is bi
                rows, a 16-row and a 100-row prefill chunk; and a 48-row chunk of it beside 1 decode row;
   restored     the answered stream saved (llama_state_seq_get_data) and loaded into an empty stream
                (llama_state_seq_set_data), the turn prefilled there;
-  copied       the answered stream copied into another (llama_memory_seq_cp), the turn prefilled there.
+  copied       the answered stream copied into another (llama_memory_seq_cp), the turn prefilled there;
+  2 threads    (at --threads other than 2) the prompt prefilled whole at N threads against at 2.
 
 Kernels compared (each type, each set, in a fresh process, as llama-cpp-python binds one libllama per process):
   own          llama.cpp's own picks: llama-cpp-python's library, K/V f16, flash attention on (what fast mode runs)
@@ -20,7 +21,7 @@ Kernels compared (each type, each set, in a fresh process, as llama-cpp-python b
   patched      the library built with patches/llama.cpp, GGML_CPU_BATCH_INVARIANT=1, K/V f16, flash attention on
 
 Run: python bench/probes/batchinvariance.py [--kernels own,pinned,patched] [--types q4_0,...] [--patched DIR]
-                                            [--repeat N]
+                                            [--repeat N] [--threads N]
      DIR (default: $PATCHED_LIB) holds the patched libllama.so (scripts/install-batch-invariant puts it in
      .venv/lib/llm-worker/batch-invariant). N filler sentences make the prompt (42: 690 tokens; 35: 575, still past
      512 cells). Quantized copies of the test model are cached in ~/.cache/llm-worker/probe-models.
@@ -99,7 +100,7 @@ def load_model(path: Path):
     return L.llama_model_load_from_file(str(path).encode(), params)
 
 
-def measure(path: Path, repeat: int = REPEAT) -> dict[str, float]:
+def measure(path: Path, repeat: int = REPEAT, threads: int = 2) -> dict[str, float]:
     """Every case on one model under this process's environment: {case: max |logit difference|}."""
     import llama_cpp as L
     import numpy as np
@@ -121,10 +122,10 @@ def measure(path: Path, repeat: int = REPEAT) -> dict[str, float]:
     n = len(prompt)
     batch = L.llama_batch_init(1024, 0, 1)
 
-    def context():
+    def context(n_threads: int = threads):
         cp = L.llama_context_default_params()
         cp.n_ctx, cp.n_batch, cp.n_ubatch, cp.n_seq_max = 4 * 1024, 1024, 1024, 4
-        cp.n_threads = cp.n_threads_batch = 2
+        cp.n_threads = cp.n_threads_batch = n_threads
         cp.kv_unified = False
         cp.flash_attn_type = L.LLAMA_FLASH_ATTN_TYPE_ENABLED
         cp.type_k, cp.type_v = cell_types[os.environ["CACHE_K"]], cell_types[os.environ["CACHE_V"]]
@@ -147,8 +148,8 @@ def measure(path: Path, repeat: int = REPEAT) -> dict[str, float]:
             logits = decode(ctx, [(tokens[p], p, seq, p == stop - 1) for p in range(at, stop)])[seq]
         return logits
 
-    def cold(tokens):
-        ctx = context()
+    def cold(tokens, n_threads: int = threads):
+        ctx = context(n_threads)
         try:
             return prefill(ctx, tokens, 0, len(tokens), len(tokens))
         finally:
@@ -159,6 +160,8 @@ def measure(path: Path, repeat: int = REPEAT) -> dict[str, float]:
 
     results = {}
     whole = cold(prompt)
+    if threads != 2:
+        results["2 threads"] = gap(whole, cold(prompt, 2))
     for cut in CUTS:
         ctx = context()
         results[f"cut {cut}"] = gap(prefill(ctx, prompt, 0, n, cut), whole)
@@ -218,13 +221,14 @@ def main() -> None:
     parser.add_argument("--types", default=",".join(TYPES))
     parser.add_argument("--patched", default=os.environ.get("PATCHED_LIB", ""))
     parser.add_argument("--repeat", type=int, default=REPEAT)
+    parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--quantize", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quantize:
         return quantize(args.quantize[0], Path(args.quantize[1]))
     if args.child:
-        print(json.dumps(measure(args.child, args.repeat)))
+        print(json.dumps(measure(args.child, args.repeat, args.threads)))
         return
     types = args.types.split(",")
     for kernels in args.kernels.split(","):
@@ -232,7 +236,8 @@ def main() -> None:
         table = {}
         for qtype in types:
             env = {**os.environ, **kernel_env(kernels, qtype, args.patched)}
-            child = [sys.executable, __file__, f"--repeat={args.repeat}", "--child", str(quantized(qtype))]
+            child = [sys.executable, __file__, f"--repeat={args.repeat}", f"--threads={args.threads}", "--child",
+                     str(quantized(qtype))]
             out = subprocess.run(child, env=env, check=True, capture_output=True, text=True).stdout
             table[qtype] = json.loads(out.strip().splitlines()[-1])
         cases = list(next(iter(table.values())))

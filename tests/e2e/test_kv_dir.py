@@ -39,7 +39,7 @@ TWO_SLOTS = ("--parallel", "2", "--ctx-size", "4096")
 
 @pytest.fixture(scope="module")
 def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    process = start_worker(tmp_path_factory.mktemp("off"), *TWO_SLOTS, "--prefix-cache", "off")
+    process = start_worker(tmp_path_factory.mktemp("off"), *TWO_SLOTS, "--prefix-cache", "off", "--spec-type", "none")
     yield process
     assert process.stop() == 0, process.log()[-3000:]
 

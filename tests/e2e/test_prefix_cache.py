@@ -41,7 +41,7 @@ GREEDY = {"temperature": 0, "max_tokens": 40}
 @pytest.fixture(scope="module")
 def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
     process = start_worker(tmp_path_factory.mktemp("off"), "--parallel", "4", "--ctx-size", "8192",
-                           "--prefix-cache", "off")
+                           "--prefix-cache", "off", "--spec-type", "none")
     yield process
     assert process.stop() == 0, process.log()[-3000:]
 
@@ -91,7 +91,7 @@ async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_wh
     flags = ("--parallel", "2", "--ctx-size", "4096", "--flash-attn", "off")
     env = {LIB_PATH_ENV: str(default_dir())}
     exact = start_worker(tmp_path, *flags, env=env)
-    off = start_worker(tmp_path, *flags, "--prefix-cache", "off", env=env)
+    off = start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none", env=env)
     try:
         reused = [await converse(http, exact.url, q) for q in QUESTIONS[:2]]
         cold = [await converse(http, off.url, q) for q in QUESTIONS[:2]]

@@ -24,15 +24,28 @@ PROBE = Path(__file__).parents[2] / "bench" / "probes" / "batchinvariance.py"
 REPEAT = 35  # the probe's filler sentences: a 575-token prompt (its default 690), past 512 cells all the same
 
 
+def _gaps(path: Path, qtype: str, threads: int = 2) -> dict[str, float]:
+    env = {**os.environ, **kernel_env("patched", qtype, str(BATCH_INVARIANT_DIR))}
+    run = subprocess.run([sys.executable, str(PROBE), f"--repeat={REPEAT}", f"--threads={threads}", "--child",
+                          str(path)], env=env, capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return json.loads(run.stdout.splitlines()[-1])
+
+
 @pytest.mark.parametrize("qtype", TYPES)
 def test_a_row_ignores_its_batch_its_cuts_and_where_its_cells_came_from(qtype, model_path, quantized):
-    path = model_path if qtype == "q4_1" else quantized(qtype)  # the test model is Q4_1
-    env = {**os.environ, **kernel_env("patched", qtype, str(BATCH_INVARIANT_DIR))}
-    run = subprocess.run([sys.executable, str(PROBE), f"--repeat={REPEAT}", "--child", str(path)], env=env,
-                         capture_output=True, text=True, timeout=900)
-    assert run.returncode == 0, run.stderr[-2000:]
-    gaps = json.loads(run.stdout.splitlines()[-1])
+    gaps = _gaps(model_path if qtype == "q4_1" else quantized(qtype), qtype)  # the test model is Q4_1
     assert gaps == dict.fromkeys(gaps, 0.0), gaps
+
+
+@pytest.mark.parametrize("threads", [1, 3, 4])
+@pytest.mark.parametrize("qtype", ["q4_1", "q4_k_m"])
+def test_at_any_thread_count_as_at_two(qtype, threads, model_path, quantized):
+    """patches/README.md: a row's sums do not depend on how many threads share them (0005's segments are fixed
+    cells, not one per thread). Every case at 1, 3 and 4 threads (past the 2 cores: only bits are compared), and
+    the prompt's logits against 2 threads'."""
+    gaps = _gaps(model_path if qtype == "q4_1" else quantized(qtype), qtype, threads)
+    assert "2 threads" in gaps and gaps == dict.fromkeys(gaps, 0.0), gaps
 
 
 @pytest.mark.parametrize(("library", "switch", "on"), [("patched", "1", True), ("patched", "0", False),
