@@ -314,12 +314,13 @@ class EngineLoop:
 
 
 def speculator(model: LlamaModel) -> Speculator | None:
-    """The worker's speculative decoding, as --spec-type asks and the model's memory allows; None: none (a recurrent
-    state without snapshots cannot undo a rejected draft: startup says so)."""
+    """The worker's speculative decoding, as --spec-type asks and the model's memory allows; None: none. A recurrent
+    state with snapshots undoes at most as many tokens as it keeps; one without is checkpointed before a draft is
+    verified (ModelRunner._checkpoints_before_verifying), which undoes any length."""
     config, memory = model.config, model.memory_kind
-    if config.drafting is SpecType.NONE or config.draft_max == 0 or memory.cuts is Cuts.WHOLE:
+    if config.drafting is SpecType.NONE or config.draft_max == 0:
         return None
-    draft_max = config.draft_max if memory.cuts_anywhere else min(config.draft_max, memory.rollback)
+    draft_max = config.draft_max if memory.cuts is not Cuts.LAST_TOKENS else min(config.draft_max, memory.rollback)
     if config.drafting is SpecType.DRAFT:
         assert config.model_draft is not None, "--spec-type draft needs --model-draft (settings.py refuses it without)"
         return Speculator(config, DraftModel(config.model_draft, config, model), draft_max)

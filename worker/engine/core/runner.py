@@ -14,9 +14,11 @@ import structlog
 from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
 from worker.engine.core.token_output import TokenOutput, finished_event
 from worker.engine.kv.cell_transfer import CellTransfer
+from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.prefix_cache import PrefixCache, Settle
 from worker.engine.media import MediaSpan, runs, text_only
 from worker.engine.modes import CacheMode
+from worker.engine.native.memory import Cuts
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.output.logprobs import LogprobReader
@@ -24,6 +26,7 @@ from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
 from worker.engine.sequence import Sequence, SequenceState
+from worker.engine.speculative.sequence_view import DraftingSequence
 from worker.engine.speculative.speculator import TIMING_AT_LOAD_S, Speculator
 
 log = structlog.get_logger(__name__)
@@ -129,6 +132,7 @@ class ModelRunner:
         began = time.perf_counter()
         speculator = self.speculator
         drafts = speculator.drafts(decode) if speculator and drafting else {}
+        undo = self._checkpoints_before_verifying(decode, drafts)
         steps = [(seq, drafts.get(seq, [])) for seq in decode]
         rows = []
         for seq, draft in steps:
@@ -144,13 +148,18 @@ class ModelRunner:
             self.pace.observe_decode(seconds, len(rows))
         if speculator:
             speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
-        now, row, generated = time.monotonic(), 0, 0
+        now, row, generated, rejected = time.monotonic(), 0, 0, []
         for seq, draft in steps:
-            accepted = self._verify(seq, draft, row, now, events)
+            decoded_first = seq.generated[-1]
+            accepted = self._verify(seq, draft, row, now, events, seq in undo)
             if draft and speculator:  # (drafts come only from the speculator)
                 speculator.verified(seq, len(draft), accepted)
+            if seq in undo and accepted < len(draft):
+                rejected.append((seq, [decoded_first, *draft[:accepted]]))
             generated += 1 + accepted
             row += 1 + len(draft)
+        for seq, kept in rejected:  # after every row's logits were read: this decodes again
+            self._undo_draft(seq, undo[seq], kept, events)
         if speculator:
             speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
 
@@ -164,10 +173,47 @@ class ModelRunner:
             self.pace.observe_switch(seconds - usual)
         return True
 
-    def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events) -> int:
+    def _checkpoints_before_verifying(self, decode: list[Sequence], drafts: dict[DraftingSequence, list[int]]
+                                      ) -> dict[Sequence, Checkpoint]:
+        """Where the memory undoes nothing (a recurrent state without snapshots: native/memory.py), each drafting
+        sequence's state before this step's decode, so that a rejected draft is undone by going back to it and
+        decoding the kept tokens again (_undo_draft), as llama-server does. A sequence whose checkpoint memory
+        cannot hold drafts nothing this step."""
+        if self.model.memory_kind.cuts is not Cuts.WHOLE:
+            return {}
+        checkpoints = {}
+        for seq in (seq for seq in decode if seq in drafts):
+            if (checkpoint := self.cells.take_checkpoint(seq.slot, seq.n_past)) is None:
+                del drafts[seq]
+            else:
+                checkpoints[seq] = checkpoint
+        return checkpoints
+
+    def _undo_draft(self, seq: Sequence, checkpoint: Checkpoint, kept: list[int], events: Events) -> None:
+        """The slot back at the checkpoint taken before the step, and the step's kept tokens (its decode row's and
+        the accepted drafted ones) decoded again as one chunk, no logits: the state then holds what decoding without
+        the draft makes (the load-time check measures a chunk's state against one-token decodes). A slot emptied
+        meanwhile (its sequence ended where nothing is kept) stays empty."""
+        if llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot) < 0:
+            return
+        if self.cells.resume(seq.slot, checkpoint):
+            batch = self._batch
+            for i, token in enumerate(kept):
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, checkpoint.pos + i, 1
+                batch.seq_id[i][0], batch.logits[i] = seq.slot, False
+            batch.n_tokens = len(kept)
+            if self._llama_decode(batch) == 0:
+                return
+        self.cells.empty(seq.slot)
+        self.cache.forget(seq.slot)
+        self.retire(seq, FinishReason.ERROR, events, "its state could not go back to before a rejected draft")
+
+    def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events,
+                checkpointed: bool = False) -> int:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
         logits are then those of the tokens the sequence really has, and its sample is the next token. Returns
-        the drafted tokens accepted (the tokens generated are one more)."""
+        the drafted tokens accepted (the tokens generated are one more). `checkpointed`: rejected tokens are undone
+        from a checkpoint after the step (_undo_draft), not cut here."""
         accepted = 0
         seq.n_past += 1
         token = self._sample(seq, row, now, events)
@@ -175,7 +221,7 @@ class ModelRunner:
             accepted += 1
             seq.n_past += 1  # the drafted token's cell holds what the sequence has
             token = self._sample(seq, row + accepted, now, events)
-        if draft and not self.cells.cut(seq.slot, seq.n_past):
+        if draft and not checkpointed and not self.cells.cut(seq.slot, seq.n_past):
             # The rejected tokens' cells stay where nothing may read or reuse them: drafts are held to what the
             # memory undoes (speculative/speculator.py), so this is a fault, and ends this sequence alone.
             self.retire(seq, FinishReason.ERROR, events, "its memory refused to drop a rejected draft")

@@ -6,7 +6,6 @@ from __future__ import annotations
 from worker.engine.engine import Engine
 from worker.engine.exactness.build_choice import loaded_build
 from worker.engine.modes import CacheMode, SpecType
-from worker.engine.native.memory import Cuts
 from worker.engine.serving.facts import Exactness
 from worker.engine.startup.load_check import Numerics
 
@@ -37,9 +36,6 @@ def drafts_reason(engine: Engine, numerics: Numerics) -> str:
     config = engine.model.config
     if config.draft_max == 0:
         return "--draft-max 0"
-    if engine.model.memory_kind.cuts is Cuts.WHOLE:
-        return ("the model keeps a recurrent state without snapshots (llama.cpp keeps none for its architecture), "
-                "which cannot drop a rejected draft")
     if config.prefix_cache is CacheMode.FAST:
         return "fast mode lets llama.cpp pick kernels by batch shape, so a drafted row may compute differently"
     if not numerics.trusted:
