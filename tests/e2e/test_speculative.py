@@ -143,13 +143,13 @@ def _logged_at(log: str, marker: str) -> datetime:
     return datetime.fromisoformat(json.loads(line)["timestamp"].replace("Z", "+00:00"))
 
 
-async def test_a_worker_started_on_busy_cores_is_ready_in_seconds_and_times_its_passes_again_once_idle(http, tmp_path):
-    """Every core busy: /health answers 200 within 30 s of the model loading (startup times its draft passes for
-    at most 3 s and says in /health which it left untimed). Passes timed so are too high, so high that a copying
-    answer may draft nothing (3 of 4 tries before the worker timed them again). Serving then finds one-row passes
-    far cheaper than timed: once idle, the worker times its passes again and says so. With one slot, which the
-    first answer's conversation holds, it times them past that conversation's cells and keeps them: the next
-    copying answer reuses them and drafts, and its text is the first's."""
+async def test_a_worker_started_on_busy_cores_is_ready_in_seconds(http, tmp_path):
+    """Every core busy, a decode's threads crowded onto one: /health answers 200 within 30 s of the model loading
+    (the threads sleep at a barrier rather than spin out a tick; startup times its draft passes for at most 3 s and
+    lists in /health those it left), and what it serves then is exact: with one slot, the same copying request again
+    reuses the first one's cells, drafts or not, and answers the same text. Nothing here depends on how busy the
+    host is beside the test: whether drafts pay, and when passes are timed again, do (tests/unit/test_draft_rule.py
+    holds the re-timing rule)."""
     busy = crowd_the_last_core()
     try:
         worker = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048")
@@ -169,26 +169,9 @@ async def test_a_worker_started_on_busy_cores_is_ready_in_seconds_and_times_its_
         body = {"messages": [{"role": "user", "content": COPYING[1]}], **GREEDY}
         url = worker.url + "/v1/chat/completions"
         first = await openai_once(http, url, body)
-
-        def timed_again() -> list[dict]:
-            return [json.loads(line)["ms"] for line in worker.log().splitlines()
-                    if '"passes_timed"' in line and '"again": true' in line]
-
-        for _ in range(300):  # the row counts left untimed first (if any), then every one, at its quiet cost
-            if any(again["1"] < startup["ms"]["1"] * 0.75 for again in timed_again()):
-                break
-            await asyncio.sleep(0.1)
-        assert any(again["1"] < startup["ms"]["1"] * 0.75 for again in timed_again()), (startup, timed_again())
-        assert not [line for line in worker.log().splitlines() if '"passes_timed"' in line and '"again"' not in
-                    line][1:]  # timed at load once
-        with urllib.request.urlopen(worker.url + "/health") as response:
-            assert json.load(response)["untimed_pass_rows"] == []
-        before = await draft_counters(http, worker.url)
         again = await openai_once(http, url, body)
         assert completion_text(again) == completion_text(first)
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 32
-        after = await draft_counters(http, worker.url)
-        assert after[1] > before[1], (before, after)
     finally:
         assert worker.stop() == 0, worker.log()[-3000:]
 
