@@ -49,6 +49,17 @@ def _chat(worker: WorkerProcess, messages: list[dict], n: int = 1, **fields) -> 
                                                    **fields})
 
 
+def _answer_and_cached(worker: WorkerProcess, messages: list[dict]) -> tuple[str, int]:
+    status, body = _chat(worker, messages)
+    assert status == 200, body
+    return body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+def _assert_off_text_and_reused(answers: dict[str, tuple[str, int]]) -> None:
+    assert answers["exact"][0] == answers["off"][0]
+    assert answers["exact"][1] > 0 and answers["off"][1] == 0
+
+
 def _workload(worker: WorkerProcess) -> tuple[list[str], list[int], list[tuple[int, int]]]:
     """A five-turn chat that resends its history, a request for two choices, three requests at once that share the
     chat's beginning: each answer's text, each status, and each chat turn's (prompt, cached) tokens."""
@@ -142,18 +153,14 @@ def test_host_memory_keeps_a_conversation_with_its_checkpoints(tiny, tmp_path):
         try:
             first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
             other = [{"role": "user", "content": "A different question about mountains, please."}]
-            status, body = _chat(worker, first)
+            _, body = _chat(worker, first)
             first += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
                       {"role": "user", "content": "And about lakes?"}]
             assert _chat(worker, other)[0] == 200
-            status, body = _chat(worker, first)
-            assert status == 200, body
-            answers[mode] = (body["choices"][0]["message"]["content"],
-                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
+            answers[mode] = _answer_and_cached(worker, first)
         finally:
             assert worker.stop() == 0, worker.log()[-3000:]
-    assert answers["exact"][0] == answers["off"][0]
-    assert answers["exact"][1] > 0 and answers["off"][1] == 0
+    _assert_off_text_and_reused(answers)
 
 
 def test_kv_dir_brings_a_recurrent_state_back_whole(tiny, tmp_path):
@@ -197,14 +204,10 @@ def test_kv_dir_keeps_a_conversations_checkpoints_across_a_restart(tiny, tmp_pat
     for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
         worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--prefix-cache", mode, *flags)
         try:
-            status, body = _chat(worker, following)
-            assert status == 200, body
-            answers[mode] = (body["choices"][0]["message"]["content"],
-                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
+            answers[mode] = _answer_and_cached(worker, following)
         finally:
             assert worker.stop() == 0, worker.log()[-3000:]
-    assert answers["exact"][0] == answers["off"][0]
-    assert answers["exact"][1] > 0 and answers["off"][1] == 0
+    _assert_off_text_and_reused(answers)
 
 
 @pytest.mark.parametrize("kind", ["mamba", "lfm2"])
