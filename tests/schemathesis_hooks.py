@@ -18,6 +18,7 @@ CAPPED = {"/v1/chat/completions", "/v1/completions", "/execute", "/v1/inference"
 OPTIONAL = {"/v1/chat/completions", "/v1/completions", "/v1/responses"}  # no max_tokens: up to the end of the context
 LIMITS = {"/v1/responses": ("max_output_tokens",)}  # a route's own name for max_tokens
 RERANK, MAX_DOCUMENTS = {"/v1/rerank", "/rerank"}, 4
+OLLAMA = {"/api/chat", "/api/generate"}  # capped by options.num_predict; none (or -1, -2): to the context's end
 
 
 @schemathesis.hook
@@ -32,6 +33,8 @@ def before_call(ctx, case, **kwargs) -> None:
     positive = case.meta is not None and case.meta.generation.mode.is_positive
     if positive and case.path in RERANK and isinstance(body, dict) and isinstance(body.get("documents"), list):
         body["documents"] = body["documents"][:MAX_DOCUMENTS]  # each is a prompt to prefill: keep the case short
+    if case.path in OLLAMA and isinstance(body, dict) and isinstance(body.get("options", {}), (dict, type(None))):
+        _cap_ollama(body, positive)
     if case.path not in CAPPED or not isinstance(body, dict):
         return
     names = LIMITS.get(case.path, ("max_tokens", "max_completion_tokens"))
@@ -42,17 +45,29 @@ def before_call(ctx, case, **kwargs) -> None:
         body[names[0]] = MAX_TOKENS
 
 
+def _cap_ollama(body: dict, positive: bool) -> None:
+    options = body.get("options") or {}
+    asked = options.get("num_predict")
+    if positive:
+        body["options"] = {**options, "num_predict": min(MAX_TOKENS, asked) if isinstance(asked, int) and asked > 0
+                           else MAX_TOKENS}
+    elif "num_predict" not in options:
+        body["options"] = {**options, "num_predict": MAX_TOKENS}
+
+
 # Fields whose rule ties them to another field or to how the worker was started: best_of must equal n,
 # top_logprobs needs logprobs, echo excludes logprobs, n is at most --parallel, dimensions is the model's width,
 # one constraint at a time (grammar, response_format or a forced tool call), a named tool_choice names a tool,
 # and (Anthropic) a last message that calls tools needs their results after it.
 # previous_response_id names a response stored earlier in the run, which the fuzzer cannot know; a thinking budget
 # is one field or another (reasoning_effort or reasoning_budget), below max_tokens, and needs a model that thinks.
+# Ollama's think needs a model that thinks, a raw prompt takes no system prompt, and options.num_ctx is at most the
+# worker's per-request context; its model-store routes are refused whatever they send (code one_model).
 RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice",
-              "previous_response_id", "reasoning_effort", "reasoning", "thinking"}
+              "previous_response_id", "reasoning_effort", "reasoning", "thinking", "think", "raw"}
 # A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state:
 # the grammar fields, and the schemas of response_format, output_config.format and of a forced call's tool.
-LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output_config\.format\.schema|"
+LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output_config\.format\.schema|format|"
                        r"text\.format\.schema|tools\[\d+\]\.(function\.parameters|parameters|input_schema)")
 
 
@@ -61,9 +76,11 @@ def _beyond_schema(response) -> bool:
     context_length_exceeded), stop strings' UTF-8 bytes (maxLength counts characters), a rule
     between fields (RELATIONAL), or a grammar or schema the converter or llama.cpp refuses (LANGUAGES)."""
     body = response.json()
-    problems = body.get("errors") or body.get("error", {}).get("errors", [])
-    return "context_length_exceeded" in response.text or any(
-        (p["field"] in ("stop", "stop_sequences") and p["constraint"].endswith(" bytes"))
+    error = body.get("error")
+    problems = body.get("errors") or (error.get("errors", []) if isinstance(error, dict) else [])
+    return "context_length_exceeded" in response.text or body.get("code") == "one_model" or any(
+        (p["field"] in ("stop", "stop_sequences", "options.stop") and p["constraint"].endswith(" bytes"))
+        or p["field"] == "options.num_ctx"
         or re.split(r"[.\[]", p["field"])[0] in RELATIONAL or p["constraint"] == ANSWERED_CALLS
         or LANGUAGES.match(p["field"]) for p in problems)
 

@@ -27,6 +27,7 @@ TEMPERATURE = NumberField("temperature", "temperature", 0, 2, nullable=True)
 TOP_K = NumberField("top_k", "top_k", 0, integer=True, nullable=True)
 TOP_P = NumberField("top_p", "top_p", 0, 1, nullable=True)
 MIN_P = NumberField("min_p", "min_p", 0, 1)
+TYPICAL_P = NumberField("typical_p", "typical_p", 0, 1)
 REPEAT_PENALTY = NumberField("repeat_penalty", "repeat_penalty", 0, 2)
 # Hugging Face's name for llama.cpp's repeat_penalty; read after it, so it wins when both are sent.
 REPETITION_PENALTY = NumberField("repetition_penalty", "repeat_penalty", 0, 2, per_model=False)
@@ -42,7 +43,7 @@ MAX_DRAFT = 64
 DRAFT_MAX = NumberField("draft_max", "draft_max", 0, MAX_DRAFT, integer=True, nullable=True, per_model=False)
 
 # The OpenAI routes' sampling fields (logit_bias, a map, is read beside them).
-OPENAI_SAMPLING = (TEMPERATURE, TOP_K, TOP_P, MIN_P, REPEAT_PENALTY, REPETITION_PENALTY, REPEAT_LAST_N,
+OPENAI_SAMPLING = (TEMPERATURE, TOP_K, TOP_P, MIN_P, TYPICAL_P, REPEAT_PENALTY, REPETITION_PENALTY, REPEAT_LAST_N,
                    PRESENCE_PENALTY, FREQUENCY_PENALTY, SEED, REASONING_BUDGET, DRAFT_MAX)
 # The pool-manager contract's: fewer fields, and null only for the seed.
 EXECUTE_SAMPLING = (TEMPERATURE.narrowed(nullable=False), TOP_P.narrowed(nullable=False),
@@ -50,5 +51,8 @@ EXECUTE_SAMPLING = (TEMPERATURE.narrowed(nullable=False), TOP_P.narrowed(nullabl
 # Anthropic's Messages API: its temperature stops at 1.
 ANTHROPIC_SAMPLING = (TEMPERATURE.narrowed(high=1, nullable=False), TOP_P.narrowed(nullable=False),
                       TOP_K.narrowed(nullable=False))
+# Ollama's `options` that sample (api/ollama/options.py reads the rest): its seed may be -1, "random".
+OLLAMA_SAMPLING = (TEMPERATURE, TOP_K, TOP_P, MIN_P, TYPICAL_P, REPEAT_PENALTY, REPEAT_LAST_N, PRESENCE_PENALTY,
+                   FREQUENCY_PENALTY, SEED)
 # What a models.toml entry's sampling table may set.
 MODEL_DEFAULTS = tuple(f.name for f in OPENAI_SAMPLING if f.per_model)

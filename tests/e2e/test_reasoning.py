@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anthropic
+import ollama
 import openai
 import pytest
 
@@ -61,6 +62,21 @@ def test_anthropic_messages_answer_with_a_thinking_block_first(thinking_worker):
         kinds = [event.delta.type for event in stream if event.type == "content_block_delta"]
         final = stream.get_final_message()
     assert blocks(final) == blocks(whole) and kinds[0] == "thinking_delta" and kinds[-1] == "text_delta"
+
+
+def test_ollama_chat_and_generate_answer_with_the_thinking_apart(thinking_worker):
+    client = ollama.Client(host=thinking_worker.url)
+    greedy = {"temperature": 0, "num_predict": 40}
+    whole = client.chat(model="thinker", messages=COPY, think=True, options=greedy)
+    assert (whole.message.thinking, whole.message.content) == ("Let me see.", "The answer is 4.")
+    chunks = list(client.chat(model="thinker", messages=COPY, options=greedy, stream=True))
+    assert "".join(c.message.thinking or "" for c in chunks) == "Let me see."
+    assert "".join(c.message.content for c in chunks) == "The answer is 4."
+    generated = client.generate(model="thinker", prompt=COPY[0]["content"], think=True, options=greedy)
+    assert (generated.thinking, generated.response) == ("Let me see.", "The answer is 4.")
+    # think false: the end of thinking is written at once, and the answer follows
+    quick = client.chat(model="thinker", messages=COPY, think=False, options=greedy)
+    assert not quick.message.thinking and quick.message.content
 
 
 async def test_chat_template_kwargs_turn_thinking_off(client):

@@ -9,7 +9,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from worker.api import anthropic, llama_server, openai, openapi, orch, responses
+from worker.api import anthropic, llama_server, ollama, openai, openapi, orch, responses
 from worker.api.auth import auth_middleware
 from worker.api.error_shapes import error_middleware
 from worker.api.state import WORKER, WorkerState
@@ -51,6 +51,9 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(llama_server.rerank_routes)
     app.add_routes(llama_server.slot_routes)
     app.add_routes(openai.embedding_routes)
+    app.add_routes(ollama.routes)
+    app.add_routes(ollama.embed_routes)
+    app.add_routes(ollama.model_routes)
     app.router.add_get("/metrics", make_aiohttp_handler(worker.metrics.registry))
     app.router.add_get("/openapi.json", openapi_json)
     return app

@@ -1,5 +1,6 @@
 """Failures before a response starts -> one JSON error, in each route family's own shape: OpenAI's {"error": {...}}
-(llama-server's token routes too), the pool-manager contract's {"errors": [...]}, Anthropic's {"type": "error", ...}.
+(llama-server's token routes too), the pool-manager contract's {"errors": [...]}, Anthropic's {"type": "error", ...},
+Ollama's {"error": "..."}.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Family(str, enum.Enum):
     OPENAI = "openai"
     ORCH = "orch"
     ANTHROPIC = "anthropic"
+    OLLAMA = "ollama"
 
 
 class UnknownModel(Exception):
@@ -53,8 +55,18 @@ class Failure:
         return "; ".join(p.message for p in self.problems)
 
 
+class FailedJob(Exception):
+    """A job that failed in the engine before anything was sent (pooled_failure's): answered in the route's shape."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
 def classify(exc: Exception) -> Failure | None:
     """The HTTP meaning of an exception raised before any byte of the answer was sent."""
+    if isinstance(exc, FailedJob):
+        return exc.failure
     if isinstance(exc, InvalidRequest):
         return Failure(400, exc.code, exc.problems)
     if isinstance(exc, ContextLengthExceeded):
@@ -124,7 +136,13 @@ def anthropic_body(failure: Failure) -> dict:
     return anthropic_error(_ANTHROPIC_TYPES.get(failure.status, "api_error"), failure.code, listing, failure.problems)
 
 
-_BODIES = {Family.OPENAI: openai_body, Family.ORCH: orch_body, Family.ANTHROPIC: anthropic_body}
+def ollama_body(failure: Failure) -> dict:
+    """Ollama's clients read one string, `error`; each problem apart follows, as the OpenAI routes list them."""
+    return {"error": failure.message, "code": failure.code, "errors": [p.as_dict() for p in failure.problems]}
+
+
+_BODIES = {Family.OPENAI: openai_body, Family.ORCH: orch_body, Family.ANTHROPIC: anthropic_body,
+           Family.OLLAMA: ollama_body}
 
 
 def response(failure: Failure, family: Family) -> web.Response:
@@ -139,6 +157,8 @@ _OPENAI_PATHS = ("/v1/chat", "/v1/completions", "/v1/responses", "/v1/models", "
 def family_of(request: web.Request) -> Family:
     if request.path.startswith("/v1/messages"):
         return Family.ANTHROPIC
+    if request.path.startswith("/api/"):
+        return Family.OLLAMA
     return Family.OPENAI if request.path.startswith(_OPENAI_PATHS) else Family.ORCH
 
 

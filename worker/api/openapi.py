@@ -8,12 +8,13 @@ from typing import Any
 from worker import __version__
 from worker.api.anthropic import schema as anthropic
 from worker.api.llama_server import schema as llama_server
+from worker.api.ollama import schema as ollama
 from worker.api.openai import schema as openai
 from worker.api.openapi_parts import get, json_body, lora_list
 from worker.api.orch import schema as orch
 from worker.api.responses import schema as responses
 
-_DIALECTS = (openai, orch, llama_server, anthropic, responses)
+_DIALECTS = (openai, orch, llama_server, anthropic, responses, ollama)
 SCHEMAS: dict[str, Any] = {
     "TokenId": {"type": "string", "pattern": "^[0-9]+$", "description": "a token id of the served model"},
     **{name: schema for dialect in _DIALECTS for name, schema in dialect.SCHEMAS.items()},

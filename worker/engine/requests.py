@@ -22,7 +22,7 @@ class GrammarTrigger:
 class SamplingParams:
     """One request's sampler chain, in llama.cpp's terms.
 
-    temperature <= 0 means greedy; top_k 0, top_p 1, min_p 0, the penalties at
+    temperature <= 0 means greedy; top_k 0, top_p 1, min_p 0, typical_p 1, the penalties at
     their neutral values and an empty logit_bias each leave their stage out.
     """
 
@@ -30,6 +30,7 @@ class SamplingParams:
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
+    typical_p: float = 1.0  # locally typical sampling; 1 leaves the stage out
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     presence_penalty: float = 0.0

@@ -2,37 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import sys
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import structlog
 from aiohttp import web
 
-from worker.api.error_shapes import Failure, Family, pooled_failure, response
-from worker.api.problems import InvalidRequest, Problem, Reader, integral, parse_json_object
+from worker.api.embedding_job import embedded, listed, require_embeddings
+from worker.api.problems import Problem, Reader, integral, parse_json_object
 from worker.api.request_checks import served_model
 from worker.api.state import WORKER
-from worker.engine import EmbeddingFailed, UnfitInputs
 
 if TYPE_CHECKING:
     from worker.engine import Vector
 
 routes = web.RouteTableDef()
-log = structlog.get_logger("worker.request")
 
 MAX_INPUTS = 2048  # per request, as OpenAI's
-MAX_LISTED = 16  # bad inputs and token ids listed one by one; the rest are counted
 ENCODINGS = ("float", "base64")
 INPUT_SHAPE = "a string, a list of strings, a list of token ids, or a list of lists of token ids"
-
-DISABLED = Failure(404, "embeddings_disabled", [Problem(
-    "worker", "--embeddings",
-    "this worker serves no embeddings: start it with --embeddings (or LLM_WORKER_EMBEDDINGS=1)")])
-
 
 @dataclass(frozen=True)
 class EmbeddingRequest:
@@ -80,16 +69,9 @@ def _inputs(r: Reader, n_vocab: int) -> tuple[list[Any], list[str]]:
         r.problem("input", f"at most {MAX_INPUTS} inputs", f"input has {len(items)} inputs; at most "
                   f"{MAX_INPUTS} are accepted in one request", len(items))
         return [], []
-    r.problems.extend(_listed([p for field, item in zip(fields, items) for p in _input_problems(field, item, n_vocab)]))
+    r.problems.extend(listed([p for field, item in zip(fields, items) for p in _input_problems(field, item, n_vocab)],
+                           "input", INPUT_SHAPE))
     return items, fields
-
-
-def _listed(problems: list[Problem]) -> list[Problem]:
-    """A bad body can hold a million bad token ids: list MAX_LISTED problems, then count the rest."""
-    if len(problems) <= MAX_LISTED:
-        return problems
-    more = len(problems) - MAX_LISTED
-    return [*problems[:MAX_LISTED], Problem("input", INPUT_SHAPE, f"and {more} more problems with input", more)]
 
 
 def parse_embeddings(body: dict[str, Any], n_vocab: int, width: int) -> EmbeddingRequest:
@@ -109,16 +91,6 @@ def parse_embeddings(body: dict[str, Any], n_vocab: int, width: int) -> Embeddin
     return EmbeddingRequest(model, inputs, fields, encoding)
 
 
-def _unfit(refusal: UnfitInputs, fields: list[str]) -> InvalidRequest:
-    problems = [Problem(fields[i], "at least one token", f"{fields[i]} has no tokens") for i in refusal.empty]
-    problems += [Problem(fields[i], f"at most {refusal.limit} tokens",
-                         f"{fields[i]} has {n} tokens; an input must fit one micro-batch of {refusal.limit} "
-                         "(--ubatch-size) and is never truncated: split it, or restart with larger "
-                         "--ubatch-size and --batch-size", n)
-                 for i, n in refusal.too_long]
-    return InvalidRequest(_listed(problems), "context_length_exceeded" if refusal.too_long else "invalid_request")
-
-
 def _encode(vector: Vector, encoding: str) -> list[float] | str:
     if encoding == "float":
         return vector.tolist()
@@ -132,24 +104,11 @@ def _encode(vector: Vector, encoding: str) -> list[float] | str:
 async def embeddings(request: web.Request) -> web.Response:
     worker = request.app[WORKER]
     served = worker.require_served()
-    if served.pooled.pooling is None:
-        return response(DISABLED, Family.OPENAI)
+    require_embeddings(served)
     parsed = parse_embeddings(parse_json_object(await request.read()), served.facts.n_vocab,
                               served.pooled.embedding_width)
     served_model(worker, parsed.model)
-    started = time.monotonic()
-    # Off the event loop: a 4 MiB body keeps the tokenizer busy long enough to stall every stream.
-    tokens = await asyncio.to_thread(served.pooled.tokenize_inputs, parsed.inputs)
-    try:
-        vectors = await asyncio.wait_for(served.pooled.embed(tokens), worker.settings.request_timeout)
-    except UnfitInputs as refusal:
-        raise _unfit(refusal, parsed.fields) from None
-    except (EmbeddingFailed, asyncio.TimeoutError) as exc:
-        log.warning("embeddings_failed", inputs=len(tokens), message=str(exc) or "timeout")
-        return response(pooled_failure(exc, worker.settings.request_timeout), Family.OPENAI)
-    n_tokens = sum(len(t) for t in tokens)
-    log.info("embeddings_done", inputs=len(tokens), prompt_tokens=n_tokens,
-             e2e_ms=round((time.monotonic() - started) * 1e3, 1))
+    vectors, n_tokens = await embedded(worker, served, parsed.inputs, parsed.fields, INPUT_SHAPE)
     return web.json_response({
         "object": "list",
         "data": [{"object": "embedding", "index": i, "embedding": _encode(v, parsed.encoding)}

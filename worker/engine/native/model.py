@@ -129,6 +129,7 @@ class LlamaModel:
         self.n_ctx = llama_cpp.llama_n_ctx(self.ctx)
         self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self.ctx)
         self.size_bytes = llama_cpp.llama_model_size(self.model)
+        self.n_params = llama_cpp.llama_model_n_params(self.model)
         self.add_bos = llama_cpp.llama_vocab_get_add_bos(self.vocab)
         self._pieces: dict[int, bytes] = {}
         self._eog: dict[int, bool] = {}
@@ -238,6 +239,20 @@ class LlamaModel:
     def _pooling_type(self) -> str | None:
         arch = self._meta("general.architecture")
         return self._meta(f"{arch}.pooling_type") if arch else None
+
+    def metadata(self) -> dict[str, str]:
+        """The GGUF's key-value metadata as llama.cpp prints it, arrays (the tokenizer's vocabulary) left out."""
+        found = {}
+        buf = ctypes.create_string_buffer(1024)
+        for i in range(llama_cpp.llama_model_meta_count(self.model)):
+            if llama_cpp.llama_model_meta_key_by_index(self.model, i, buf, len(buf)) < 0:
+                continue
+            key = buf.value.decode("utf-8", errors="replace")
+            n = llama_cpp.llama_model_meta_val_str_by_index(self.model, i, buf, len(buf))
+            value = buf.value.decode("utf-8", errors="replace")
+            if 0 <= n < len(buf) and not value.startswith("["):  # an array, or a value longer than any scalar
+                found[key] = value
+        return found
 
     def _meta(self, key: str) -> str | None:
         buf = ctypes.create_string_buffer(256)

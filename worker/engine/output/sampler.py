@@ -14,8 +14,8 @@ from worker.engine.requests import SamplingParams
 def build_chain(params: SamplingParams, n_vocab: int,
                 draw: SeededDraw | None) -> tuple[llama_cpp.llama_sampler_p, bool]:
     """The chain, and whether it has a penalty stage (which must first see the prompt). Stages in llama.cpp's own
-    default order (common/sampling.cpp): logit bias, penalties, top-k, top-p, min-p, temperature, then the random
-    draw (output/seeded_draw.py). Neutral settings leave their stage out, so greedy stays exactly greedy.
+    default order (common/sampling.cpp): logit bias, penalties, top-k, typical, top-p, min-p, temperature, then the
+    random draw (output/seeded_draw.py). Neutral settings leave their stage out, so greedy stays exactly greedy.
 
     `draw` ends the chain unless the request is greedy; the chain frees its native stage."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
@@ -37,6 +37,8 @@ def build_chain(params: SamplingParams, n_vocab: int,
         return chain, penalized
     if params.top_k > 0:
         add(llama_cpp.llama_sampler_init_top_k(params.top_k))
+    if params.typical_p < 1.0:
+        add(llama_cpp.llama_sampler_init_typical(params.typical_p, 1))
     if params.top_p < 1.0:
         add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
     if params.min_p > 0.0:

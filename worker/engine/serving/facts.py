@@ -4,6 +4,7 @@ the exactness report that startup logs and /health returns."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from worker.engine.config import Lora
@@ -49,3 +50,6 @@ class ModelFacts:
     device_bytes: int  # memory llama.cpp took on GPU or rpc devices at load (weights, KV, compute); 0 on cpu alone
     loras: tuple[Lora, ...]  # the adapters loaded at startup (--lora), in id order: a request's AdapterSet names them
     exactness: Exactness
+    path: Path  # the GGUF served
+    n_params: int
+    metadata: dict[str, str]  # the GGUF's scalar metadata (general.architecture...), for Ollama's /api/show
