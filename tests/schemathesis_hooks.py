@@ -6,6 +6,7 @@ a prompt fits the context, and limits counted in UTF-8 bytes. Everything else th
 
 from __future__ import annotations
 
+import json
 import re
 
 import schemathesis
@@ -19,6 +20,12 @@ OPTIONAL = {"/v1/chat/completions", "/v1/completions", "/v1/responses"}  # no ma
 LIMITS = {"/v1/responses": ("max_output_tokens",)}  # a route's own name for max_tokens
 RERANK, MAX_DOCUMENTS = {"/v1/rerank", "/rerank"}, 4
 OLLAMA = {"/api/chat", "/api/generate"}  # capped by options.num_predict; none (or -1, -2): to the context's end
+
+
+@schemathesis.deserializer("application/x-ndjson")
+def ndjson(ctx, response) -> list:
+    """Ollama's streams: /openapi.json states one as the list of its lines."""
+    return [json.loads(line) for line in response.content.splitlines() if line.strip()]
 
 
 @schemathesis.hook

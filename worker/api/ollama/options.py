@@ -70,7 +70,7 @@ def _refused(r: Reader, raw: dict[str, Any]) -> None:
         if name in known:
             continue
         if name in NEUTRAL:
-            if value != NEUTRAL[name]:
+            if isinstance(value, bool) or value != NEUTRAL[name]:  # (false == 0 in Python, not in JSON)
                 r.problems.append(Problem(name, f"{name} = {NEUTRAL[name]}", f"{name} is not supported here: send "
                                           f"{NEUTRAL[name]} or leave it out", value))
         elif name in LOAD_TIME:

@@ -98,9 +98,18 @@ _LISTED = {"type": "object", "required": ["models"], "properties": {"models": {"
         "name": TEXT, "model": TEXT, "size": COUNT, "digest": TEXT, "details": _DETAILS}}}}}
 
 
+_STATUS = {"type": "object", "required": ["status"], "properties": {"status": {"const": "success"}}}
+
+
+def _lines(line: dict) -> dict:
+    """An NDJSON stream, as a list of its lines (each one JSON value); a failure mid-stream is an error line."""
+    return {"type": "array", "items": {"oneOf": [line, {"type": "object", "required": ["error"],
+                                                        "properties": {"error": TEXT}}]}}
+
+
 def _answer(chunk: dict) -> dict:
     return {"description": "one object (stream false), or NDJSON: a chunk a line, the last done", "content": {
-        "application/json": {"schema": chunk}, NDJSON: {"schema": chunk}}}
+        "application/json": {"schema": chunk}, NDJSON: {"schema": _lines(chunk)}}}
 
 
 def _refused(verb: str, method: str) -> dict:
@@ -124,7 +133,7 @@ PATHS: dict[str, dict] = {
             "capabilities": {"type": "array", "items": {"enum": ["completion", "tools", "thinking", "vision",
                                                                  "embedding"]}}}})}, "OllamaError"),
     "/api/pull": post("The served model is here already", "OllamaModelRequest", {"description": "success", "content": {
-        "application/json": {"schema": {"type": "object"}}, NDJSON: {"schema": {"type": "object"}}}}, "OllamaError"),
+        "application/json": {"schema": _STATUS}, NDJSON: {"schema": _lines(_STATUS)}}}, "OllamaError"),
     "/api/version": get("The Ollama API version these routes follow", {"description": "version", **json_body(
         {"type": "object", "required": ["version"], "properties": {"version": TEXT}})}),
     "/api/tags": get("The served model and its LoRA adapters", {"description": "models", **json_body(_LISTED)}),
