@@ -3,8 +3,8 @@
 relevant document first for 1 to 3 of 8 obvious pairs, whatever the wording tried: docs/models.md, "Reranking"),
 so what is asserted is the route itself: each score is exactly p(yes) over {yes, no} from the model's logits after
 that question, as the chat route's logprobs give them, and as llama-cpp-python's own Llama computes it (an oracle
-outside the worker, to rounding), with the order of a pair built so the answer is known; the same scores every time, alone or beside generation;
-generation beside it unchanged; llama-server's response shape; every bad input."""
+outside the worker, to rounding), with the order of a pair built so the answer is known; the same scores every
+time, alone or beside generation; generation beside it unchanged; llama-server's response shape; every bad input."""
 
 from __future__ import annotations
 
