@@ -112,3 +112,29 @@ async def test_full_queue_is_503_with_retry_after(http, tmp_path, model_path):
     finally:
         # Off the event loop: the client sockets above only really close once the loop runs again.
         assert await asyncio.to_thread(worker.stop) == 0
+
+
+async def test_the_gauges_cluster_routers_read_move_with_the_load(http, base_url):
+    """GIE's endpoint picker reads vllm:num_requests_waiting, vllm:num_requests_running and vllm:kv_cache_usage_perc
+    (a fraction): idle they are 0, with six long streams on four slots 4, 2 and above 0, and 0 again after."""
+    names = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+    await wait_idle(http, base_url)
+    assert [value(await scrape(http, base_url), name) for name in names] == [0, 0, 0]
+    body = {"prompt": "Tell me a long story", "max_tokens": 400, "stream": True}
+    streams = [await http.post(base_url + "/v1/completions", json=body) for _ in range(6)]
+    try:
+        loaded = None
+        for _ in range(600):  # until every slot holds a stream and two wait: a state, not a timing
+            text = await scrape(http, base_url)
+            if (value(text, names[0]), value(text, names[1])) == (4, 2) and value(text, names[2]) > 0:
+                loaded = text
+                break
+            await asyncio.sleep(0.1)
+        assert loaded is not None, text
+        assert value(loaded, names[2]) == value(loaded, "llm_worker_kv_cache_usage_ratio") < 1
+        assert value(loaded, "llamacpp:requests_processing") == 4
+    finally:
+        for stream in streams:
+            stream.close()
+    await wait_idle(http, base_url)
+    assert [value(await scrape(http, base_url), name) for name in names] == [0, 0, 0]

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -17,15 +18,19 @@ _TOKEN_GAP_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.03, 0.05, 0.075
 
 
 class _EngineGauges(Collector):
-    """Read the engine's state at scrape time: the engine keeps only its own counters, nothing for metrics."""
+    """Read the engine's state at scrape time: the engine keeps only its own counters, nothing for metrics.
 
-    def __init__(self, stats: Callable[[], SchedulerStats | None]) -> None:
+    `adapters`: the LoRA adapters' names by id (--lora order), as requests name them in `model`."""
+
+    def __init__(self, stats: Callable[[], SchedulerStats | None], adapters: Callable[[], list[str]]) -> None:
         self._stats = stats
+        self._adapters = adapters
 
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
         stats = self._stats()
         if stats is None:  # still loading
             return
+        yield from _router_gauges(stats, self._adapters())
         yield GaugeMetricFamily("llm_worker_requests_running", "Requests holding a sequence slot.", stats.running)
         yield GaugeMetricFamily("llm_worker_requests_waiting", "Requests queued for a slot.", stats.waiting)
         yield GaugeMetricFamily("llm_worker_slots", "Sequence slots (--parallel).", stats.slots)
@@ -62,8 +67,29 @@ class _EngineGauges(Collector):
                                   "set between calls (each rebuilds llama.cpp's schedule).", stats.adapter_switches)
 
 
+def _router_gauges(stats: SchedulerStats, adapters: list[str]) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+    """The same quantities under the names cluster routers read: vLLM's, which the Gateway API Inference
+    Extension's model-server protocol and llm-d's endpoint picker take (kv_cache_usage_perc is a fraction, 0-1,
+    as vLLM's is), and llama-server's, for dashboards built for it (docs/operations.md, "Metrics")."""
+    usage = stats.kv_cells_used / stats.kv_cells_total if stats.kv_cells_total else 0.0
+    yield GaugeMetricFamily("vllm:num_requests_running", "Requests holding a sequence slot.", stats.running)
+    yield GaugeMetricFamily("vllm:num_requests_waiting", "Requests queued for a slot.", stats.waiting)
+    yield GaugeMetricFamily("vllm:kv_cache_usage_perc", "KV cells held by running requests, a fraction of all.", usage)
+    if adapters:  # vLLM's convention: the labels say which adapters, the value when this was read
+        info = GaugeMetricFamily("vllm:lora_requests_info", "LoRA adapters in use by running and waiting requests.",
+                                 labels=["max_lora", "running_lora_adapters", "waiting_lora_adapters"])
+        named = lambda ids: ",".join(adapters[i] for i in ids if i < len(adapters))  # noqa: E731
+        info.add_metric([str(len(adapters)), named(stats.running_adapters), named(stats.waiting_adapters)],
+                        time.time())
+        yield info
+    yield GaugeMetricFamily("llamacpp:requests_processing", "Requests holding a sequence slot.", stats.running)
+    yield GaugeMetricFamily("llamacpp:requests_deferred", "Requests queued for a slot.", stats.waiting)
+    yield CounterMetricFamily("llamacpp:n_decode", "Engine steps (llama_decode calls).", stats.steps)
+
+
 class Metrics:
-    def __init__(self, stats: Callable[[], SchedulerStats | None]) -> None:
+    def __init__(self, stats: Callable[[], SchedulerStats | None],
+                 adapters: Callable[[], list[str]] = list) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self.ttft = Histogram("llm_worker_time_to_first_token_seconds", "Arrival to first generated token.",
@@ -86,7 +112,14 @@ class Metrics:
                                       registry=r)
         self.requests = Counter("llm_worker_requests", "Finished requests by finish reason.",
                                 ["finish_reason"], registry=r)
-        r.register(_EngineGauges(stats))
+        # llama-server's counters, for dashboards built for it: the same counts under its names (_total appended).
+        self.llamacpp = {name: Counter(f"llamacpp:{name}", text, registry=r) for name, text in (
+            ("prompt_tokens", "Prompt tokens prefilled, excluding cached ones."),
+            ("prompt_tokens_cached", "Prompt tokens reused from the cache."),
+            ("tokens_predicted", "Tokens generated."),
+            ("spec_decode_num_draft_tokens", "Speculative: drafted tokens verified."),
+            ("spec_decode_num_accepted_tokens", "Speculative: drafted tokens accepted."))}
+        r.register(_EngineGauges(stats, adapters))
 
     def finished(self, finished: Finished | None, e2e_s: float) -> None:
         self.e2e.observe(e2e_s)
@@ -99,6 +132,12 @@ class Metrics:
         self.generated_tokens.inc(finished.completion_tokens)
         self.draft_tokens.inc(finished.draft_tokens)
         self.draft_accepted.inc(finished.draft_accepted)
+        for name, count in (("prompt_tokens", finished.prompt_tokens - finished.cached_tokens),
+                            ("prompt_tokens_cached", finished.cached_tokens),
+                            ("tokens_predicted", finished.completion_tokens),
+                            ("spec_decode_num_draft_tokens", finished.draft_tokens),
+                            ("spec_decode_num_accepted_tokens", finished.draft_accepted)):
+            self.llamacpp[name].inc(count)
         self.queue.observe(finished.queue_s)
         if finished.completion_tokens:
             self.ttft.observe(finished.ttft_s)

@@ -44,7 +44,8 @@ class WorkerState:
     metrics: Metrics = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = Metrics(lambda: self.served.stats() if self.served is not None else None)
+        self.metrics = Metrics(lambda: self.served.stats() if self.served is not None else None,
+                               lambda: [lora.name for lora in self.adapters.loras])
 
     def require_served(self) -> ServedModel:
         if self.phase is not Phase.READY or self.served is None:

@@ -142,7 +142,8 @@ class EngineLoop:
         # the two saw neither (a drain that began then stopped at once and closed the listener on a live stream).
         with self._cond:
             running = list(self._running)
-            waiting = len(self._waiting) + sum(len(queue) for _, queue in self._pooled.values())
+            queued = list(self._waiting)
+            waiting = len(queued) + sum(len(queue) for _, queue in self._pooled.values())
         totals = self._totals
         return SchedulerStats(
             running=len(running),
@@ -159,6 +160,8 @@ class EngineLoop:
             decode_s=totals[2],
             adapter_switches=self.model.adapters.switches,
             untimed_pass_rows=tuple(self.speculator.untimed) if self.speculator else (),
+            running_adapters=_adapters_of(running),
+            waiting_adapters=_adapters_of(queued),
         )
 
     # -- the engine thread ---------------------------------------------------------
@@ -332,3 +335,8 @@ def _finish_waiting(seq: Sequence, reason: FinishReason, message: str, events: E
     for each in (seq, *seq.forks):
         each.state = SequenceState.FINISHED
         events.append((each, finished_event(each, reason, message)))
+
+
+def _adapters_of(sequences: list[Sequence]) -> tuple[int, ...]:
+    """The LoRA adapters the sequences run under, each once, in id order."""
+    return tuple(sorted({adapter for seq in sequences for adapter, _ in seq.request.adapters.scales}))

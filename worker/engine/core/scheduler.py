@@ -44,6 +44,10 @@ class SchedulerStats:
     decode_s: float = 0.0
     adapter_switches: int = 0  # times the context changed its LoRA adapter set (native/adapters.py)
     untimed_pass_rows: tuple[int, ...] = ()  # draft passes startup did not time (busy cores), timed once idle
+    # The LoRA adapters (ids, --lora order) the running and the waiting requests run under: what a cluster router
+    # reads to send a request where its adapter is already in use (api/metrics.py, vllm:lora_requests_info).
+    running_adapters: tuple[int, ...] = ()
+    waiting_adapters: tuple[int, ...] = ()
 
 
 @dataclass
