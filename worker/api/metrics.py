@@ -84,7 +84,8 @@ def _router_gauges(stats: SchedulerStats, adapters: list[str]) -> Iterator[Gauge
         yield info
     yield GaugeMetricFamily("llamacpp:requests_processing", "Requests holding a sequence slot.", stats.running)
     yield GaugeMetricFamily("llamacpp:requests_deferred", "Requests queued for a slot.", stats.waiting)
-    yield CounterMetricFamily("llamacpp:n_decode", "Engine steps (llama_decode calls).", stats.steps)
+    # llama-server counts llama_decode calls; a step here may make several (decode rows, prefill chunks).
+    yield CounterMetricFamily("llamacpp:n_decode", "Engine steps.", stats.steps)
 
 
 class Metrics:
