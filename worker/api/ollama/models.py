@@ -11,7 +11,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import gguf
 from aiohttp import web
 
 from worker.api.ollama.reply import NDJSON
@@ -22,12 +21,15 @@ from worker.api.request_checks import served_model
 from worker.api.state import WORKER, WorkerState
 from worker.engine import SamplingParams
 from worker.fields import OLLAMA_SAMPLING
+from worker.lazy import standalone_module
 from worker.user_cache import content_sha256
 
 if TYPE_CHECKING:
     from worker.engine import ServedModel
 
 routes = web.RouteTableDef()
+# gguf's file types, without its package (numpy, PyYAML: ~12 MB a worker serving a local GGUF never needs).
+_gguf_constants = standalone_module("gguf", "constants")
 
 # The Ollama release whose API these routes follow; clients check it (Copilot's Ollama provider wants 0.6.4 or later).
 OLLAMA_VERSION = "0.12.0"
@@ -55,7 +57,7 @@ def _size_label(n_params: int) -> str:
 def _quantization(metadata: dict[str, str]) -> str:
     file_type = metadata.get("general.file_type", "")
     try:
-        return gguf.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
+        return _gguf_constants.LlamaFileType(int(file_type)).name.removeprefix("MOSTLY_")
     except ValueError:
         return "unknown"
 
