@@ -181,6 +181,13 @@ def cli() -> None:
 @_option("--kv-dir-interval", env="KV_DIR_INTERVAL", section=CACHE, type=click.FloatRange(min=0), default=60.0,
          show_default=True, metavar="SECONDS",
          help="Seconds between --kv-dir writes (each writes only what no file holds yet); 0: on drain only.")
+@_option("--kv-events", env="KV_EVENTS", section=CACHE, default=None, metavar="ENDPOINT",
+         help="Publish which prompt blocks the slots, host memory and --kv-dir hold, and each change, as vLLM's KV "
+              "events on a ZMQ PUB socket bound to ENDPOINT (tcp://*:5557): what llm-d's precise prefix-cache "
+              "routing reads. Needs pip install 'llm-worker[kv-events]'.")
+@_option("--kv-events-pod", env="KV_EVENTS_POD", section=CACHE, default=None, metavar="NAME",
+         help="The pod named in the events' topic, kv@NAME@MODEL: what the router knows this worker by.  "
+              "[default: the host's name]")
 @_option("--slot-save-path", env="SLOT_SAVE_PATH", section=CACHE,
          type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
          help="Folder for POST /slots/{id}?action=save|restore files, as llama-server's flag; without it "

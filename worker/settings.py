@@ -64,6 +64,8 @@ class Settings:
     heartbeat_interval: float = 10.0
     drain_timeout: float = 30.0  # on SIGTERM, how long running requests may take to finish
     kv_dir_interval: float = 60.0  # seconds between --kv-dir writes; 0: on drain only
+    kv_events: str | None = None  # the ZMQ endpoint KV events are published on (lifecycle/kv_events.py); None: none
+    kv_events_pod: str | None = None  # the pod name in their topic; None: the host's name
     slot_save_path: Path | None = None  # where POST /slots/{id}?action=save|restore files live; None: 501
     request_timeout: float | None = None  # per request, from arrival
     api_keys: tuple[str, ...] = ()  # bearer tokens any route but /health needs; empty: open
@@ -117,6 +119,8 @@ def settings_from_flags(flags: dict) -> Settings:
         heartbeat_interval=flags["heartbeat_interval"],
         drain_timeout=flags["drain_timeout"],
         kv_dir_interval=flags["kv_dir_interval"],
+        kv_events=flags["kv_events"],
+        kv_events_pod=flags["kv_events_pod"],
         slot_save_path=flags["slot_save_path"],
         request_timeout=flags["request_timeout"],
         api_keys=tuple(key for key in (flags["api_key"], os.environ.get(ORCH_TOKEN_ENV)) if key),

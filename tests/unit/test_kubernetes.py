@@ -42,14 +42,14 @@ async def test_the_manifests_name_only_what_the_worker_has():
     options = {opt: param for param in serve.params for opt in param.opts}
     flags = _flag_values(container["args"])
     assert flags and set(flags) <= set(options), set(flags) - set(options)
-    env = {item["name"]: item["value"] for item in container["env"]}
+    env = {item["name"]: item.get("value") for item in container["env"]}
     assert set(env) <= {param.envvar for param in serve.params}
     port = int(env["LLM_WORKER_PORT"])
-    [http] = container["ports"]
-    assert http["containerPort"] == port
+    ports = {entry["name"]: entry["containerPort"] for entry in container["ports"]}
+    assert ports == {"http": port, "kv-events": int(flags["--kv-events"].rsplit(":", 1)[1])}
     gets = await _get_routes()
     probes = [container[name]["httpGet"] for name in ("startupProbe", "readinessProbe", "livenessProbe")]
-    assert all(p["path"] in gets and p["port"] == http["name"] for p in probes)
+    assert all(p["path"] in gets and p["port"] == "http" for p in probes)
     annotations = pod["metadata"]["annotations"]
     assert annotations["prometheus.io/path"] in gets and int(annotations["prometheus.io/port"]) == port
     assert pod["spec"]["terminationGracePeriodSeconds"] > float(flags["--drain-timeout"])

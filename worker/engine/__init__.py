@@ -46,7 +46,12 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.exactness.ggml_switches import choose_kernels as choose_kernels
     from worker.engine.exactness.kv_plan import config_attention as config_attention
     from worker.engine.handle import RequestHandle as RequestHandle
+    from worker.engine.kv.blocks import BLOCK_TOKENS as BLOCK_TOKENS
+    from worker.engine.kv.blocks import BlockIndex as BlockIndex
+    from worker.engine.kv.blocks import Removed as Removed
+    from worker.engine.kv.blocks import Stored as Stored
     from worker.engine.kv.cell_file import UnusableFile as UnusableFile
+    from worker.engine.kv.held_cells import HeldCells as HeldCells
     from worker.engine.media import MEDIA_MARKER as MEDIA_MARKER
     from worker.engine.modes import CacheMode as CacheMode
     from worker.engine.modes import SpecType as SpecType
@@ -96,6 +101,9 @@ __getattr__ = exports(__name__, {
     "TokenEvent": "requests", "TokenLogprob": "requests",
     "MEDIA_MARKER": "media", "Bitmap": "native.projector", "Vector": "pooling.embeddings",
     "RANK_HEAD": "pooling.rerank",
+    # reusable cells as blocks: what KV events announce
+    "BlockIndex": "kv.blocks", "BLOCK_TOKENS": "kv.blocks", "Stored": "kv.blocks", "Removed": "kv.blocks",
+    "HeldCells": "kv.held_cells",
     # what the engine refuses or fails at
     "AdapterCells": "errors", "ChatTemplateError": "errors", "ContextLengthExceeded": "errors",
     "EmbeddingFailed": "errors", "EmptyPrompt": "errors", "ImageUnreadable": "errors", "NoChatTemplate": "errors",

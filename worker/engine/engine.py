@@ -17,6 +17,7 @@ from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
 from worker.engine.handle import RequestHandle
 from worker.engine.handoff import Handoff
 from worker.engine.kv.cell_transfer import CellTransfer
+from worker.engine.kv.held_cells import HeldCells
 from worker.engine.kv.prefix_cache import PrefixCache
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
@@ -118,6 +119,11 @@ class Engine:
     def on_slot(self, slot: int, action: Callable[[CellTransfer], T]) -> Future[T]:
         """Run `action` on the engine thread once `slot` is free: its result, or its exception, in the future."""
         return self.steps.on_slot(slot, action)
+
+    def watch_cells(self, changed: Callable[[list[HeldCells]], None]) -> None:
+        """Hear, on the engine thread, of the reusable cells in the slots and host memory whenever they change
+        (EngineLoop.watch_cells): `changed` must only hand the list on."""
+        self.steps.watch_cells(changed)
 
     def busy_slots(self) -> set[int]:
         return self.steps.busy_slots()

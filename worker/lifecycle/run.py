@@ -18,6 +18,7 @@ from worker.api.loading_progress import LoadingProgress
 from worker.engine import Lora, SamplingParams, choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
+from worker.lifecycle.kv_events import KvEvents
 from worker.settings import LoraRef, Settings
 from worker.source import ResolvedModel, load_registry
 from worker.source.convert import Conversion, ProgressReport, Quantizer
@@ -103,6 +104,7 @@ class WorkerLife:
             build_app(self.worker), handler_cancellation=True, access_log=None,
         )
         self.stop = asyncio.Event()
+        self.kv_events: KvEvents | None = None  # --kv-events' publisher, bound before the model loads
         self.url = ""
         self.port = 0
 
@@ -122,9 +124,13 @@ class WorkerLife:
             self.loop.add_signal_handler(sig, self._on_signal)
         tasks: list[asyncio.Task] = []
         try:
+            if self.settings.kv_events:
+                self.kv_events = KvEvents(self.settings.kv_events, self.settings.kv_events_pod)
             served = await self._load()
             if served is None:
                 return
+            if self.kv_events is not None:
+                self.kv_events.start(served, self.worker.model_id)
             tasks = self._announce(served)
             await self.stop.wait()
             await self._drain(served)
@@ -135,6 +141,8 @@ class WorkerLife:
             await asyncio.gather(*tasks, return_exceptions=True)
             if self.worker.served is not None:
                 await self.loop.run_in_executor(None, self.worker.served.shutdown)
+            if self.kv_events is not None:  # after the engine: its cells are gone
+                await self.loop.run_in_executor(None, self.kv_events.close)
             await self._final_heartbeat()
             await self.runner.cleanup()
 

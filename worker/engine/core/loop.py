@@ -14,11 +14,13 @@ from typing import Any, TypeVar
 
 import structlog
 
+from worker.engine.core.cell_watch import CellWatch
 from worker.engine.core.runner import Events, ModelRunner, PassPlace
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget, chunk_grid
 from worker.engine.core.token_output import finished_event
 from worker.engine.errors import QueueFull
 from worker.engine.kv.cell_transfer import CellTransfer
+from worker.engine.kv.held_cells import HeldCells
 from worker.engine.kv.host_cache import HostCache, SavedCells
 from worker.engine.kv.prefix_cache import PrefixCache
 from worker.engine.modes import CacheMode, SpecType
@@ -88,6 +90,15 @@ class EngineLoop:
         # another thread sees completed steps only, never a step's llama_decode time without the step's own.
         self._totals = (0, 0.0, 0.0)
         self._busy_until = 0.0  # monotonic time the last request left or arrived
+        self._watch: CellWatch | None = None  # what hears of the reusable cells (KV events); None: nothing
+
+    def watch_cells(self, changed: Callable[[list[HeldCells]], None]) -> None:
+        """Call `changed` on this thread with the reusable cells of every slot and host-memory entry, now (at the
+        next step) and after every step that changed them (cell_watch.py)."""
+        with self._cond:
+            self._watch = CellWatch(self.cache, changed)
+            self._tasks.append(CellTask(lambda: None))  # a step soon, idle or not, which looks
+            self._cond.notify()
 
     # -- called from other threads -------------------------------------------------
 
@@ -221,6 +232,8 @@ class EngineLoop:
         for embedder, rows in pooled:  # after the step's tokens are on their way
             if rows:
                 embedder.run(rows)
+        if self._watch is not None:
+            self._watch.after_step(self._free_slots, self._running)
         steps, step_s, _ = self._totals
         self._totals = (steps + 1, step_s + time.perf_counter() - started, self._runner.decode_s)
         return True

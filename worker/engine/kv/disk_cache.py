@@ -70,6 +70,11 @@ class DiskCache:
         known = self._known.get(self.name(tokens))
         return known is not None and known.exact >= exact
 
+    def files(self) -> dict[str, tuple[list[int], int]]:
+        """Each cell file of this fingerprint in the folder, by name: the tokens it holds and how many of them exact
+        mode reuses. Read from any thread: one copy of the dict, atomic under the GIL."""
+        return {name: (known.tokens, known.exact) for name, known in list(self._known.items())}
+
     def load(self, budget_bytes: int) -> list[SavedCells]:
         """The entries of this fingerprint to put in host memory, oldest first: the newest that fit `budget_bytes`
         (the host cache's bound). Skips, with a warning each, what must not load: a truncated or corrupt file is

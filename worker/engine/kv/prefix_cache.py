@@ -237,12 +237,16 @@ class PrefixCache:
         return reusable
 
     def reusable_record(self, slot: int) -> SlotRecord:
-        """What of the slot's cells this mode may reuse: its leading cells_held(slot) tokens."""
+        """What of the slot's cells this mode may reuse: its leading reusable_cells(slot) tokens."""
+        record, reusable = self._records[slot], self.reusable_cells(slot)
+        return SlotRecord(record.tokens[:reusable], min(record.exact, reusable), adapters=record.adapters,
+                          checkpoints=checkpoints.kept(record.checkpoints, reusable))
+
+    def reusable_cells(self, slot: int) -> int:
+        """Leading cells of the slot this mode may reuse: cells_held(slot), or none where a recurrent state holds
+        more (it goes whole or not at all)."""
         record, held_cells = self._records[slot], self.cells_held(slot)
-        if not self.cuts_anywhere and held_cells < len(record.tokens):  # a recurrent state goes whole or not at all
-            return SlotRecord(adapters=record.adapters)
-        return SlotRecord(record.tokens[:held_cells], min(record.exact, held_cells), adapters=record.adapters,
-                          checkpoints=checkpoints.kept(record.checkpoints, held_cells))
+        return 0 if not self.cuts_anywhere and held_cells < len(record.tokens) else held_cells
 
     def cells_held(self, slot: int) -> int:
         record = self._records[slot]

@@ -17,6 +17,7 @@ from worker.engine.errors import AdapterCells
 from worker.engine.kv import cell_file
 from worker.engine.kv.disk_cache import DiskCache, DiskStats
 from worker.engine.kv.fingerprint import Fingerprint, engine_fingerprint
+from worker.engine.kv.held_cells import DISK, HeldCells
 
 log = structlog.get_logger(__name__)
 
@@ -37,11 +38,28 @@ class SavedCells:
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._disk: DiskCache | None = None  # --kv-dir
+        self._on_disk: dict[str, HeldCells] = {}  # on_disk()'s last answer, by file name
 
     @property
     def disk(self) -> DiskStats | None:
         """What --kv-dir holds and what was restored from it; None without --kv-dir."""
         return self._disk.stats if self._disk is not None else None
+
+    def on_disk(self) -> list[HeldCells]:
+        """The reusable cells --kv-dir's files hold, as this mode reuses them (KV events); none without --kv-dir. A
+        file seen before keeps its HeldCells object (kv/blocks.py then does nothing for it)."""
+        if self._disk is None:
+            return []
+        every_cell = self._engine.cache.every_cell
+        held: dict[str, HeldCells] = {}
+        for name, (tokens, exact) in self._disk.files().items():
+            before = self._on_disk.get(name)
+            reusable = len(tokens) if every_cell else exact
+            if reusable:  # files hold base-model cells only (persist)
+                held[name] = before if before is not None and len(before.tokens) == reusable else HeldCells(
+                    DISK, tokens[:reusable])
+        self._on_disk = held
+        return list(held.values())
 
     def open_kv_dir(self, folder: Path, limit_bytes: int) -> None:
         """Put the cells a worker of this fingerprint left in `folder` into host memory, before serving."""
