@@ -4,6 +4,7 @@ publishing a report (and its chart) into bench/ where docs/benchmarks.md links i
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import platform
 import shutil
@@ -81,6 +82,27 @@ def publish(report: str, chart: Path | None, name: str, caption: str) -> None:
         shutil.copyfile(chart, BENCH_DIR / chart.name)
         report += f"\n![{caption}]({chart.name})\n"
     (BENCH_DIR / name).write_text(report)
+
+
+SUMMARIES = BENCH_DIR / "results" / "summaries"
+
+
+def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any]) -> Path:
+    """A published run's figures as bench/results/summaries/NAME.json, committed: the date, the commit (and whether
+    the tree had changes), the machine and its load, the command, and every server's figures. The README's and
+    docs' tables quote these; tests/unit/test_published_figures.py holds them to it."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=BENCH_DIR).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                                text=True, cwd=BENCH_DIR).stdout.strip())
+    run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
+    summary = {"date": env.get("date"), "commit": commit + ("+changes" if dirty else ""),
+               "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),
+               "command": " ".join(["bench/run.py", *sys.argv[1:]]), **run, "servers": figures}
+    SUMMARIES.mkdir(parents=True, exist_ok=True)
+    path = SUMMARIES / f"{name}.json"
+    path.write_text(json.dumps(summary, indent=1) + "\n")
+    return path
 
 
 def write_report(text: str, out_dir: Path, name: str, published: str | None = None) -> None:

@@ -21,7 +21,7 @@ import signal
 import statistics
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +42,7 @@ from bench.config import (
     find_model,
 )
 from bench.prompts import PromptFactory
-from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart
+from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart, write_summary
 from bench.servers import RssSampler, running_server
 
 # --------------------------------------------------------------------------- results
@@ -215,7 +215,50 @@ def bench_server(name: str, cfg: BenchConfig, prompts: PromptFactory) -> ServerR
     return ServerRun(server=name, argv=argv, startup_s=startup_s, peak_rss_mb=peak, levels=levels)
 
 
+# --------------------------------------------------------------------------- rounds
+
+
+def median_runs(servers: tuple[str, ...], by_round: list[list[ServerRun]]) -> list[ServerRun]:
+    """Each server's run with every figure the median over the rounds (one round: that round's)."""
+    merged = []
+    for server in servers:
+        runs = [run for runs in by_round for run in runs if run.server == server]
+        levels = []
+        for at, first in enumerate(runs[0].levels):
+            same = [run.levels[at] for run in runs]
+            levels.append(replace(first, **{name: statistics.median(getattr(level, name) for level in same)
+                                            for name in NUMBERS}))
+        merged.append(replace(runs[0], startup_s=statistics.median(run.startup_s for run in runs),
+                              peak_rss_mb=statistics.median(run.peak_rss_mb for run in runs), levels=levels))
+    return merged
+
+
+def round_ratios(cfg: BenchConfig, by_round: list[list[ServerRun]]) -> str:
+    """Each round's llm-worker/peer tok/s ratio per level: how far one run's ratio moves here."""
+    if len(by_round) < 2:
+        return ""
+    lines = ["", "## Each round's tok/s ratio, llm-worker / peer", "", "| peer | prompt | clients | rounds |",
+             "|---|---|---|---|"]
+    for peer in (server for server in cfg.servers if server != WORKER):
+        for prompt in cfg.prompt_lengths:
+            for clients in cfg.concurrencies:
+                ratios = [ratio(ours.agg_tok_s, theirs.agg_tok_s) for runs in by_round
+                          if (ours := find_level(runs, WORKER, prompt, clients))
+                          and (theirs := find_level(runs, peer, prompt, clients))]
+                if ratios:
+                    lines.append(f"| {peer} | {prompt} | {clients} | {', '.join(f'{r:.2f}x' for r in ratios)} |")
+    return "\n".join(lines) + "\n"
+
+
 # --------------------------------------------------------------------------- report
+
+# --drafts: (llm-worker's flags, llama-server's flags). llama-server's best n-gram type on this machine's copying
+# and open-ended answers is ngram-simple (bench/SPECULATIVE.md); llama_cpp.server drafts with no flag of these.
+DRAFTS = {"off": (("--spec-type", "none"), ()), "on": ((), ("--spec-type", "ngram-simple"))}
+
+DRAFT_LINES = {"off": "off on every server (llm-worker --spec-type none)",
+               "on": "llm-worker's prompt lookup (its default) and llama-server's --spec-type ngram-simple; "
+                     "llama_cpp.server none"}
 
 METRICS = (  # field, column title, format, higher is better
     ("agg_tok_s", "tok/s", "{:.1f}", True),
@@ -227,6 +270,10 @@ METRICS = (  # field, column title, format, higher is better
     ("itl_p99_ms", "ITL p99 ms", "{:.1f}", False),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}", False),
 )
+
+
+# Every figure of a level that rounds take the median of.
+NUMBERS = (*(metric[0] for metric in METRICS), "wall_s", "tokens_per_request", "background_cpu")
 
 
 def find_level(runs: list[ServerRun], server: str, prompt: int, clients: int) -> LevelResult | None:
@@ -251,6 +298,8 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
         f"- workload: closed loop, {cfg.max_tokens} generated tokens per request, temperature {cfg.temperature}, "
         f"seed {cfg.seed} + request index; per level every client sends {cfg.requests_per_client} requests back "
         "to back, and tok/s and req/s are that work over the level's wall time; latency covers every request",
+        f"- drafts: {DRAFT_LINES[env.get('drafts', 'off')]}; {env.get('rounds', 1)} round(s), every server once a "
+        "round, the order reversed every other round; figures are medians over the rounds",
         f"- llama-server: {env.get('llama_server_version', 'n/a')}",
         "",
     ]
@@ -373,7 +422,7 @@ def draw_chart(cfg: BenchConfig, runs: list[ServerRun], path: Path) -> bool:
 # --------------------------------------------------------------------------- main
 
 
-def parse_args(argv: list[str] | None = None) -> BenchConfig:
+def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, int]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="GGUF file (default: llm-worker's default model, SmolLM2-135M Q4_1)")
     p.add_argument("--servers", default=",".join(SERVERS), help=f"comma-separated subset of {','.join(SERVERS)}")
@@ -394,6 +443,12 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
     p.add_argument("--publish", action="store_true",
                    help="also copy the report and chart to bench/RESULTS.md and bench/chart.png")
     p.add_argument("--worker-args", default="", help="extra `llm-worker serve` flags, e.g. '--prefix-cache fast'")
+    p.add_argument("--drafts", choices=DRAFTS, default="off",
+                   help="off: no server drafts; on: llm-worker's prompt lookup and llama-server's ngram-simple, its "
+                        "best n-gram type here (bench/SPECULATIVE.md); llama_cpp.server has none either way")
+    p.add_argument("--rounds", type=int, default=1,
+                   help="run every server this many times, the order reversed every other round: the tables give "
+                        "medians, and each round's llm-worker/peer tok/s ratio")
     a = p.parse_args(argv)
     servers = tuple(s.strip() for s in a.servers.split(",") if s.strip())
     if unknown := set(servers) - set(SERVERS):
@@ -416,29 +471,37 @@ def parse_args(argv: list[str] | None = None) -> BenchConfig:
         llama_server_bin=find_llama_server(a.llama_server) if LLAMA_SERVER in servers else None,
         out_dir=Path(a.out).resolve(),
         publish=a.publish,
-        worker_args=tuple(a.worker_args.split()),
-    )
+        worker_args=(*DRAFTS[a.drafts][0], *a.worker_args.split()),
+        peer_args=DRAFTS[a.drafts][1],
+    ), a.drafts, a.rounds
 
 
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the servers get stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    cfg = parse_args(argv)
+    cfg, drafts, rounds = parse_args(argv)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     prompts = PromptFactory(cfg.model)
-    env = environment(cfg)
-    runs = [bench_server(name, cfg, prompts) for name in cfg.servers]
-    report = markdown_report(cfg, runs, env, prompts)
+    env = {**environment(cfg), "drafts": drafts, "rounds": rounds, "model": cfg.model.name,
+           "model_mb": round(cfg.model.stat().st_size / MB)}
+    by_round = [[bench_server(name, cfg, prompts) for name in (cfg.servers if n % 2 == 0 else cfg.servers[::-1])]
+                for n in range(rounds)]
+    runs = median_runs(cfg.servers, by_round)
+    report = markdown_report(cfg, runs, env, prompts) + round_ratios(cfg, by_round)
     print(report)
     (cfg.out_dir / "latest.md").write_text(report)
     raw = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
-           "environment": env, "runs": [asdict(r) for r in runs]}
+           "environment": env, "rounds": [[asdict(r) for r in runs] for runs in by_round]}
     (cfg.out_dir / "latest.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
     chart = cfg.out_dir / "chart.png"
     has_chart = draw_chart(cfg, runs, chart)
     if cfg.publish:
-        publish(report, chart if has_chart else None, "RESULTS.md", "tok/s and TTFT against concurrency")
+        name = "RESULTS.md" if drafts == "off" else "RESULTS-DRAFTS.md"
+        publish(report, chart if has_chart and drafts == "off" else None, name, "tok/s and TTFT against concurrency")
+        write_summary(f"throughput-drafts-{drafts}", env, {
+            run.server: {f"{lv.prompt_tokens}x{lv.clients}": {m[0]: round(getattr(lv, m[0]), 1) for m in METRICS}
+                         for lv in run.levels} | {"peak_rss_mb": round(run.peak_rss_mb)} for run in runs})
     print(f"wrote {cfg.out_dir}/latest.md, latest.json{', chart.png' if has_chart else ''} "
           f"in {time.perf_counter() - began:.0f}s", file=sys.stderr)
     return 0
