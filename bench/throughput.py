@@ -497,11 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     chart = cfg.out_dir / "chart.png"
     has_chart = draw_chart(cfg, runs, chart)
     if cfg.publish:
+        write_summary(f"throughput-drafts-{drafts}", env, {
+            run.server: {f"{lv.prompt_tokens}x{lv.clients}": {m[0]: round(getattr(lv, m[0]), 2) for m in METRICS}
+                         for lv in run.levels} | {"peak_rss_mb": round(run.peak_rss_mb)} for run in runs})
         name = "RESULTS.md" if drafts == "off" else "RESULTS-DRAFTS.md"
         publish(report, chart if has_chart and drafts == "off" else None, name, "tok/s and TTFT against concurrency")
-        write_summary(f"throughput-drafts-{drafts}", env, {
-            run.server: {f"{lv.prompt_tokens}x{lv.clients}": {m[0]: round(getattr(lv, m[0]), 1) for m in METRICS}
-                         for lv in run.levels} | {"peak_rss_mb": round(run.peak_rss_mb)} for run in runs})
     print(f"wrote {cfg.out_dir}/latest.md, latest.json{', chart.png' if has_chart else ''} "
           f"in {time.perf_counter() - began:.0f}s", file=sys.stderr)
     return 0
