@@ -18,6 +18,7 @@ from __future__ import annotations
 import base64
 import struct
 import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import gguf
@@ -52,14 +53,35 @@ def _gpt2_piece(word: str) -> str:
     return word.replace(" ", "\u0120")
 
 
-def build_projector(model: Path, out: Path, width: int | None = None, image_size: int = IMAGE_SIZE) -> Path:
+@dataclass(frozen=True)
+class Encoder:
+    """A vision tower's shape: `layers` pre-norm transformer blocks of width `hidden`. None in the colour projector
+    (no encoding to time); SIGLIP_BASE is SigLIP-base-patch16-384's, what a benchmark times."""
+
+    layers: int
+    hidden: int
+    ffn: int
+    heads: int
+    # The scale of the weights that write into the residual stream (attention-out, FFN-down): small, the colours
+    # pass through; near 1, each block's random output swamps them.
+    residual_scale: float = 1e-4
+
+
+SIGLIP_BASE = Encoder(layers=12, hidden=768, ffn=3072, heads=12)
+
+
+def build_projector(model: Path, out: Path, width: int | None = None, image_size: int = IMAGE_SIZE,
+                    encoder: Encoder | None = None) -> Path:
     """The colour projector for `model`, written to `out`. `width`: the output width, when a test wants one that
     does not match the model (the embeddings are then cut or padded); `image_size`: the side images are resized to,
-    (image_size / 16)^2 tokens an image (a benchmark's real-sized images: 384 gives SigLIP's 576)."""
+    (image_size / 16)^2 tokens an image (a benchmark's real-sized images: 384 gives SigLIP's 576); `encoder`: encoder
+    layers of that shape between the patches and the MLP, whose every product costs what a real tower's does. Their
+    weights are random, F16, and those writing into the residual stream small (Encoder.residual_scale), so the
+    colours pass through and the model still names them."""
     words = token_embeddings(model, WORDS)  # (3, n_embd)
     n_embd = width or words.shape[1]
     words = np.pad(words, ((0, 0), (0, max(0, n_embd - words.shape[1]))))[:, :n_embd]
-    hidden = 4  # r, g, b and one left at zero: the encoder's width
+    hidden = encoder.hidden if encoder else 4  # r, g, b and the rest left at zero: the encoder's width
     writer = gguf.GGUFWriter(out, "clip")
     writer.add_bool("clip.has_vision_encoder", True)
     writer.add_string("clip.projector_type", "janus_pro")
@@ -67,10 +89,10 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
     writer.add_uint32("clip.vision.image_size", image_size)
     writer.add_uint32("clip.vision.patch_size", PATCH)
     writer.add_uint32("clip.vision.embedding_length", hidden)
-    writer.add_uint32("clip.vision.feed_forward_length", hidden)
-    writer.add_uint32("clip.vision.block_count", 0)
+    writer.add_uint32("clip.vision.feed_forward_length", encoder.ffn if encoder else hidden)
+    writer.add_uint32("clip.vision.block_count", encoder.layers if encoder else 0)
     writer.add_uint32("clip.vision.projection_dim", n_embd)
-    writer.add_uint32("clip.vision.attention.head_count", 1)
+    writer.add_uint32("clip.vision.attention.head_count", encoder.heads if encoder else 1)
     writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
     writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
     writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
@@ -79,6 +101,8 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
     for channel in range(3):
         patch[channel, channel] = 1.0 / (PATCH * PATCH)
     writer.add_tensor("v.patch_embd.weight", patch)
+    if encoder:
+        _add_encoder_layers(writer, encoder)
     writer.add_tensor("mm.0.weight", np.eye(hidden, dtype=np.float32) * SCALE)  # numpy (out, in)
     writer.add_tensor("mm.0.bias", np.zeros(hidden, np.float32))
     up = np.zeros((n_embd, hidden), np.float32)
@@ -90,6 +114,30 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def _add_encoder_layers(writer: gguf.GGUFWriter, encoder: Encoder) -> None:
+    """clip.cpp's ViT blocks (tools/mtmd/clip.cpp, build_vit): layer norms, q/k/v/out, GELU FFN; numpy (out, in)."""
+    rng = np.random.default_rng(0)
+    hidden, ffn = encoder.hidden, encoder.ffn
+
+    def weights(rows: int, cols: int, scale: float) -> np.ndarray:
+        return (rng.standard_normal((rows, cols)) * scale).astype(np.float16)
+
+    for layer in range(encoder.layers):
+        block = f"v.blk.{layer}"
+        for norm in ("ln1", "ln2"):
+            writer.add_tensor(f"{block}.{norm}.weight", np.ones(hidden, np.float32))
+            writer.add_tensor(f"{block}.{norm}.bias", np.zeros(hidden, np.float32))
+        for name in ("attn_q", "attn_k", "attn_v"):
+            writer.add_tensor(f"{block}.{name}.weight", weights(hidden, hidden, 0.02))
+            writer.add_tensor(f"{block}.{name}.bias", np.zeros(hidden, np.float32))
+        writer.add_tensor(f"{block}.attn_out.weight", weights(hidden, hidden, encoder.residual_scale))
+        writer.add_tensor(f"{block}.attn_out.bias", np.zeros(hidden, np.float32))
+        writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden, 0.02))
+        writer.add_tensor(f"{block}.ffn_up.bias", np.zeros(ffn, np.float32))
+        writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden, ffn, encoder.residual_scale))
+        writer.add_tensor(f"{block}.ffn_down.bias", np.zeros(hidden, np.float32))
 
 
 def png(rgb: tuple[int, int, int], width: int = IMAGE_SIZE, height: int = IMAGE_SIZE) -> bytes:

@@ -8,12 +8,22 @@ import base64
 import json
 import struct
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import WorkerProcess, start_worker
-from tests.vision_helpers import COLOURS, IMAGE_TOKENS, QUESTION, build_projector, data_url, image_message, png
+from tests.vision_helpers import (
+    COLOURS,
+    IMAGE_TOKENS,
+    QUESTION,
+    SIGLIP_BASE,
+    build_projector,
+    data_url,
+    image_message,
+    png,
+)
 
 CHAT = "/v1/chat/completions"
 CTX_PER_SLOT = 512  # --ctx-size 2048, --parallel 4
@@ -55,6 +65,26 @@ async def test_the_model_names_the_colour_it_is_shown(http, vision, colour):
     assert colour in answer and not any(other in answer for other in COLOURS if other != colour), answer
     # The image's tokens are in the prompt's count: 16 image tokens beside the question's.
     assert body["usage"]["prompt_tokens"] > IMAGE_TOKENS
+
+
+async def test_a_projector_with_siglip_base_encoder_layers_encodes_through_them(http, model_path, tmp_path):
+    """The images benchmark's projector (12 ViT blocks of SigLIP-base's shape, bench/images.py): the colour survives
+    its small-weighted blocks, and the same blocks with large residual weights change the answer, so clip.cpp
+    computes every block and the benchmark times real encoding."""
+    answers = []
+    for scale in (SIGLIP_BASE.residual_scale, 1.0):
+        projector = build_projector(model_path, tmp_path / f"mmproj-siglip-{scale:g}.gguf",
+                                    encoder=replace(SIGLIP_BASE, residual_scale=scale))
+        worker = start_worker(tmp_path, "--mmproj", str(projector), "--parallel", "1", "--ctx-size", "1024")
+        try:
+            status, body = await ask(http, worker, image_message(png(COLOURS["green"])))
+            assert status == 200, body
+            answers.append(body["choices"][0]["message"]["content"].lower())
+        finally:
+            assert worker.stop() == 0, worker.log()[-3000:]
+    kept, swamped = answers
+    assert "green" in kept and "red" not in kept and "blue" not in kept, kept
+    assert swamped != kept, swamped
 
 
 async def test_a_projector_for_another_model_is_one_line_naming_both_widths(model_path, tmp_path):
