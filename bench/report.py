@@ -93,10 +93,11 @@ def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any]) -> Pa
     docs' tables quote these; tests/unit/test_published_figures.py holds them to it."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=BENCH_DIR).stdout.strip()
-    # Changes to anything but the published reports and charts, which earlier --publish runs rewrite.
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/",
-                                 ":!/bench/*.md", ":!/bench/*.png"], capture_output=True, text=True,
-                                cwd=BENCH_DIR).stdout.strip())
+    # Changes to what the figures depend on: the worker, the benches, the build scripts and patches, the pins (not
+    # the docs, nor the reports and charts earlier --publish runs rewrite).
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/worker", ":/bench",
+                                 ":/scripts", ":/patches", ":/pyproject.toml", ":!/bench/*.md", ":!/bench/*.png"],
+                                capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip())
     run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
     summary = {"date": env.get("date"), "commit": commit + ("+changes" if dirty else ""),
                "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),

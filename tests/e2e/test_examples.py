@@ -26,7 +26,7 @@ EXAMPLE_TIMEOUT_S = 180
 @pytest.fixture(scope="module")
 def example_worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example, the test
-    projector for the README's image example (tests/vision_helpers.py) and a LoRA adapter (one made from the
+    projector for api.md's image example (tests/vision_helpers.py) and a LoRA adapter (one made from the
     model's own weights: bench/adapters.py) for the adapter examples."""
     folder = tmp_path_factory.mktemp("examples")
     projector = build_projector(model_path, folder / "mmproj-colours.gguf")
