@@ -48,9 +48,10 @@ class CellWatch:
             if not reusable:
                 continue
             before = self._held.get(place)
-            same = before is not None and before[0][0] is tokens and before[0][1:] == (reusable, adapters)
-            held[place] = before if same and before is not None else (
-                (tokens, reusable, adapters), HeldCells(place[0], tokens[:reusable], adapters))
+            if before is not None and before[0][0] is tokens and before[0][1:] == (reusable, adapters):
+                held[place] = before
+            else:
+                held[place] = ((tokens, reusable, adapters), HeldCells(place[0], tokens[:reusable], adapters))
         if self._first or held.keys() != self._held.keys() or any(
                 held[place][1] is not self._held[place][1] for place in held):
             self._first = False
