@@ -100,8 +100,3 @@ class BlockIndex:
                     removed.setdefault(cells.medium, []).append(block.hash)
         events.extend(Removed(medium, hashes) for medium, hashes in removed.items())
         return events
-
-    def clear(self) -> None:
-        """Forget every block (what AllBlocksCleared tells a subscriber)."""
-        self._chains.clear()
-        self._holders.clear()
