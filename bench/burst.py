@@ -3,9 +3,11 @@
 
 Agents and batch jobs fire several requests at once with the same long instructions. Each round sends
 CLIENTS streamed chat requests together, all with the same ~600-token system prompt that no earlier round
-used and a question of their own; it reports the round's wall time (all answers done) and the mean time to
-first token, averaged over the rounds. Run: .venv/bin/python bench/run.py burst [--rounds N] [--clients N]
-[--publish]   (bench/BURST.md; docs/cache-and-exactness.md, "Prefix cache")
+used and a question of their own; it reports a burst's wall time (all answers done) and the mean time to first
+token, averaged over BURSTS bursts after a warm-up one. --rounds R starts every server R times, in turn, the order
+reversed every other round: figures are medians over the rounds, ratios each round's with their median.
+Run: .venv/bin/python bench/run.py burst [--rounds 3] [--bursts 3] [--clients N] [--publish]   (bench/BURST.md;
+docs/cache-and-exactness.md, "Prefix cache")
 """
 
 from __future__ import annotations
@@ -19,8 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.client import new_session
-from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, write_report
+from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.report import environment, machine_line, write_report, write_summary
+from bench.rounds import alternated, medians, round_ratios
 from bench.servers import running_server
 
 RULE = "You are the assistant of a busy harbour office; answer in one sentence and cite the rule. "
@@ -39,24 +42,25 @@ async def one(url: str, system: str, question: str) -> tuple[float, float]:
     return first or float("nan"), time.perf_counter() - sent
 
 
-async def rounds(url: str, args: argparse.Namespace) -> tuple[float, float]:
-    """Mean round wall time and mean TTFT, in seconds."""
+async def bursts(url: str, args: argparse.Namespace, round_: int) -> dict[str, float]:
+    """Mean burst wall time and mean TTFT, in seconds."""
     walls, ttfts = [], []
-    for n in range(-1, args.rounds):  # -1: warm-up
-        system = f"Round {n}. " + RULE * 28
+    for n in range(-1, args.bursts):  # -1: warm-up
+        system = f"Round {round_}, burst {n}. " + RULE * 28
         started = time.perf_counter()
         done = await asyncio.gather(*(one(url, system, f"Question {i}: which rule applies?")
                                       for i in range(args.clients)))
         if n >= 0:
             walls.append(time.perf_counter() - started)
             ttfts += [first for first, _ in done]
-    return statistics.fmean(walls), statistics.fmean(ttfts)
+    return {"burst_wall_s": statistics.fmean(walls), "mean_ttft_s": statistics.fmean(ttfts)}
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_peer_flags(p, parallel=4, ctx_size=8192, report="BURST.md")
-    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=3, help="every server started once a round")
+    p.add_argument("--bursts", type=int, default=3, help="bursts a server runs in a round (after a warm-up one)")
     p.add_argument("--clients", type=int, default=4)
     args = p.parse_args(argv)
     cfg = BenchConfig(
@@ -65,19 +69,28 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
         out_dir=args.out, publish=args.publish,
     )
-    env = environment(cfg)
+    env = {**environment(cfg), "rounds": args.rounds, "model": cfg.model.name,
+           "model_mb": round(cfg.model.stat().st_size / MB)}
     lines = ["# llm-worker burst benchmark", "", machine_line(cfg, env),
              f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads; "
-             f"{args.rounds} rounds of {args.clients} streamed chat requests sent together, one new ~600-token "
-             "system prompt per round, 16 greedy tokens each", "",
-             "| server | round wall s | mean TTFT s |", "|---|---|---|"]
-    results = {}
-    for server in cfg.servers:
+             f"{args.bursts} bursts of {args.clients} streamed chat requests sent together after a warm-up one, one "
+             "new ~600-token system prompt per burst, 16 greedy tokens each",
+             f"- {args.rounds} rounds, every server started once a round, the order reversed every other round; "
+             "medians over the rounds", "",
+             "| server | burst wall s | mean TTFT s |", "|---|---|---|"]
+    by_round: dict[tuple[str, int], dict[str, float]] = {}
+    for n, server in alternated(cfg.servers, args.rounds):
         with running_server(server, cfg) as (url, _proc, _sampler, _startup_s, _argv):
-            results[server] = asyncio.run(rounds(url, args))
-        lines.append(f"| {server} | {results[server][0]:.2f} | {results[server][1]:.2f} |")
-    wall, ttft = (results[WORKER][i] / results[LLAMA_SERVER][i] for i in range(2))
-    lines += ["", f"llm-worker / llama-server: round wall time {wall:.2f}x, mean TTFT {ttft:.2f}x (lower is better)"]
+            by_round[server, n] = asyncio.run(bursts(url, args, n))
+    results = {server: medians([by_round[server, n] for n in range(args.rounds)]) for server in cfg.servers}
+    lines += [f"| {server} | {row['burst_wall_s']:.2f} | {row['mean_ttft_s']:.2f} |" for server, row in results.items()]
+    pairs = {key: [(by_round[WORKER, n][key], by_round[LLAMA_SERVER, n][key]) for n in range(args.rounds)]
+             for key in ("burst_wall_s", "mean_ttft_s")}
+    lines += ["", f"llm-worker / llama-server, each round's ratio, their median and range (lower is better): burst "
+                  f"wall time {round_ratios(pairs['burst_wall_s'])}, mean TTFT {round_ratios(pairs['mean_ttft_s'])}"]
+    if args.publish:
+        write_summary("burst", env, {server: {key: round(value, 2) for key, value in row.items()}
+                                     for server, row in results.items()})
     write_report("\n".join(lines) + "\n", args.out, "burst.md", "BURST.md" if args.publish else None)
     return 0
 

@@ -37,6 +37,7 @@ from bench.client import new_session
 from bench.config import (
     LLAMA_CPP_PY,
     LLAMA_SERVER,
+    MB,
     WORKER,
     BenchConfig,
     add_peer_flags,
@@ -44,7 +45,8 @@ from bench.config import (
     find_model,
 )
 from bench.prompts import PromptFactory
-from bench.report import environment, machine_line, publish, pyplot, ratio, save_chart
+from bench.report import environment, machine_line, publish, pyplot, save_chart, write_summary
+from bench.rounds import alternated, medians, round_ratios
 from bench.servers import running_server
 from worker.engine import LIB_PATH_ENV, default_dir
 
@@ -233,21 +235,16 @@ def same_answers(results: list[VariantResult]) -> list[str]:
     return ["", "Greedy answers against the reference (every round, both workloads):", "", *lines]
 
 
-def medians(summaries: list[dict[str, float]]) -> dict[str, float]:
-    return {k: statistics.median(s[k] for s in summaries) for k in summaries[0]}
-
-
-def round_ratios(rounds: list[tuple[dict[str, float], dict[str, float]]], key: str) -> str:
-    """The median over the rounds of one round's worker/peer ratio, with the range when there are several."""
-    values = sorted(ratio(row[key], peer[key]) for row, peer in rounds)
-    text = f"{statistics.median(values):.2f}x"
-    return text if len(values) == 1 else f"{text} ({values[0]:.2f}-{values[-1]:.2f})"
+def median_rows(results: list[VariantResult], late_from: int) -> dict[str, dict[str, float]]:
+    """Each variant's figures, medians over the rounds."""
+    labels = dict.fromkeys(r.label for r in results)
+    return {label: medians([summary(r, late_from) for r in results if r.label == label]) for label in labels}
 
 
 def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResult], env: dict) -> str:
     by_round = {(r.label, r.round): summary(r, args.late_from) for r in results}
     labels = list(dict.fromkeys(r.label for r in results))
-    rows = {label: medians([s for (lab, _), s in by_round.items() if lab == label]) for label in labels}
+    rows = median_rows(results, args.late_from)
     cols = list(next(iter(rows.values())))
     lines = [
         "# llm-worker chat benchmark", "",
@@ -271,8 +268,8 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
         for label in labels:
             if label.startswith("llm-worker"):
                 rounds = [(by_round[label, n], by_round["llama-server", n]) for n in range(args.rounds)]
-                lines.append(f"| {label.removeprefix('llm-worker ')} | "
-                             + " | ".join(round_ratios(rounds, k) for k in RATIOS) + " |")
+                lines.append(f"| {label.removeprefix('llm-worker ')} | " + " | ".join(
+                    round_ratios([(ours[k], theirs[k]) for ours, theirs in rounds]) for k in RATIOS) + " |")
     lines += same_answers(results)
     return "\n".join(lines) + "\n"
 
@@ -322,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = PromptFactory(model)
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
-    env = environment(cfg)
+    env = {**environment(cfg), "rounds": args.rounds, "model": model.name,
+           "model_mb": round(model.stat().st_size / MB)}
     results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra, worker_env=(
         ((LIB_PATH_ENV, str(default_dir())),) if label == DEFAULT_BUILD else ())), args, no_eos, n)
-               for n in range(args.rounds) for label, server, extra in (chosen if n % 2 == 0 else chosen[::-1])]
+               for n, (label, server, extra) in alternated(chosen, args.rounds)]
     text = report(args, cfg, results, env)
     print(text)
     (args.out / "chat.md").write_text(text)
@@ -334,6 +332,9 @@ def main(argv: list[str] | None = None) -> int:
     has_chart = draw_chart(args, results, chart)
     if args.publish:
         publish(text, chart if has_chart else None, args.report, "time to first token per turn")
+        write_summary(Path(args.report).stem.lower(), env, {
+            label: {name: round(value, 1) for name, value in row.items()}
+            for label, row in median_rows(results, args.late_from).items()})
     return 0
 
 

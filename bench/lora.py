@@ -7,8 +7,9 @@ the request's own `lora` list (llama-server's field), every request MAX_TOKENS g
 clients on the base model (every adapter at scale 0), and on llm-worker with every client under one adapter, so
 that what the adapter groups' turns cost (worker/engine/core/adapter_turns.py) stands apart from what an adapter's
 products cost.
-Reports aggregate tok/s and the streams' inter-token gaps. Run: .venv/bin/python bench/run.py lora [--publish]
-(bench/LORA.md; docs/models.md, "LoRA adapters")
+Reports aggregate tok/s and the streams' inter-token gaps. --rounds R starts every server R times, in turn, the
+order reversed every other round: tok/s are medians over the rounds, gaps every round's together.
+Run: .venv/bin/python bench/run.py lora [--rounds 3] [--publish]   (bench/LORA.md; docs/models.md, "LoRA adapters")
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.adapters import PURPLE, ZEBRA, Base, steering_adapter
 from bench.client import RequestResult, new_session, stream_completion
-from bench.config import LLAMA_SERVER, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, write_report
+from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.report import environment, machine_line, write_report, write_summary
+from bench.rounds import alternated, round_ratios
 from bench.servers import running_server
 
 STEERED = (ZEBRA, PURPLE)  # the tokens the two adapters both servers load raise
@@ -65,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--rounds", type=int, default=3, help="every server started once a round")
     args = p.parse_args(argv)
     model = find_model(args.model)
     lines = ["# llm-worker LoRA benchmark", ""]
@@ -77,31 +80,44 @@ def main(argv: list[str] | None = None) -> int:
             level_timeout_s=0, max_tokens=args.max_tokens, parallel=args.parallel, ctx_size=args.ctx_size,
             threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
             out_dir=args.out, publish=args.publish, worker_args=lora_flags, peer_args=lora_flags)
-        env = environment(cfg)
+        env = {**environment(cfg), "rounds": args.rounds, "model": model.name,
+               "model_mb": round(model.stat().st_size / MB)}
         lines += [machine_line(cfg, env),
                   f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads, "
                   f"two rank-32 steering adapters loaded; {args.clients} closed-loop clients x {args.requests} "
-                  f"streamed completions of {args.max_tokens} greedy tokens", "",
+                  f"streamed completions of {args.max_tokens} greedy tokens",
+                  f"- {args.rounds} rounds, every server started once a round, the order reversed every other round; "
+                  "tok/s medians over the rounds, the gaps of every round together", "",
                   "| server | adapters per client | tok/s | ITL p50 ms | ITL p99 ms |", "|---|---|---|---|---|"]
         alternating = [i % 2 for i in range(args.clients)]
         runs = {WORKER: {"two, alternating": alternating, "one, all": [0] * args.clients,
                          "none (every scale 0)": [None] * args.clients},
                 LLAMA_SERVER: {"two, alternating": alternating, "none (every scale 0)": [None] * args.clients}}
-        tok_s = {}
-        for server, loads in runs.items():
+        rates: dict[tuple[str, str], list[float]] = {}
+        gaps: dict[tuple[str, str], list[float]] = {}
+        for _n, server in alternated(list(runs), args.rounds):
             with running_server(server, replace(cfg, out_dir=args.out)) as (url, _proc, _sampler, _startup, _argv):
                 # A round unmeasured first: a fresh server's first calls under each set cost more (its compute
                 # buffers are first touched then), and whichever load ran first paid for it.
                 asyncio.run(load(url, argparse.Namespace(**{**vars(args), "requests": 1}), alternating))
-                for label, adapter_of in loads.items():
-                    rate, gaps = asyncio.run(load(url, args, adapter_of))
-                    tok_s[server, label] = rate
-                    p50, p99 = statistics.median(gaps), statistics.quantiles(gaps, n=100)[98]
-                    lines.append(f"| {server} | {label} | {rate:.1f} | {p50 * 1e3:.1f} | {p99 * 1e3:.1f} |")
-    ratio = tok_s[WORKER, "two, alternating"] / tok_s[LLAMA_SERVER, "two, alternating"]
+                for label, adapter_of in runs[server].items():
+                    rate, seen = asyncio.run(load(url, args, adapter_of))
+                    rates.setdefault((server, label), []).append(rate)
+                    gaps.setdefault((server, label), []).extend(seen)
+    tok_s = {key: statistics.median(values) for key, values in rates.items()}
+    figures: dict[str, dict[str, dict[str, float]]] = {}
+    for (server, label), rate in tok_s.items():
+        p50, p99 = statistics.median(gaps[server, label]), statistics.quantiles(gaps[server, label], n=100)[98]
+        lines.append(f"| {server} | {label} | {rate:.1f} | {p50 * 1e3:.1f} | {p99 * 1e3:.1f} |")
+        figures.setdefault(server, {})[label] = {"tok_s": round(rate, 1), "itl_p50_ms": round(p50 * 1e3, 1),
+                                                  "itl_p99_ms": round(p99 * 1e3, 1)}
+    pairs = list(zip(rates[WORKER, "two, alternating"], rates[LLAMA_SERVER, "two, alternating"]))
     cost = tok_s[WORKER, "two, alternating"] / tok_s[WORKER, "one, all"]
-    lines += ["", f"two adapters alternating: llm-worker / llama-server tok/s {ratio:.2f}x (target >= 0.9x); "
-                  f"llm-worker two alternating / one for all {cost:.2f}x (what the turns cost)"]
+    lines += ["", f"two adapters alternating: llm-worker / llama-server tok/s {round_ratios(pairs)} (each round's "
+                  f"ratio, their median and range; target >= 0.9x); llm-worker two alternating / one for all "
+                  f"{cost:.2f}x (what the turns cost)"]
+    if args.publish:
+        write_summary("lora", env, figures)
     write_report("\n".join(lines) + "\n", args.out, "lora.md", "LORA.md" if args.publish else None)
     return 0
 

@@ -104,8 +104,15 @@ def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any]) -> Pa
                "command": " ".join(["bench/run.py", *sys.argv[1:]]), **run, "servers": figures}
     SUMMARIES.mkdir(parents=True, exist_ok=True)
     path = SUMMARIES / f"{name}.json"
-    path.write_text(json.dumps(summary, indent=1) + "\n")
+    path.write_text(json.dumps(_nan_as_null(summary), indent=1, allow_nan=False) + "\n")
     return path
+
+
+def _nan_as_null(value: Any) -> Any:
+    """JSON has no NaN (a figure a server did not give): null instead."""
+    if isinstance(value, dict):
+        return {key: _nan_as_null(item) for key, item in value.items()}
+    return None if isinstance(value, float) and value != value else value
 
 
 def write_report(text: str, out_dir: Path, name: str, published: str | None = None) -> None:

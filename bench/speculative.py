@@ -3,9 +3,10 @@
 
 Two prompt sets, each answered greedily (EOS allowed; up to --max-tokens): copying (code edits whose answer
 repeats most of the code in the prompt: this repository's own sources) and open-ended (stories, explanations).
-Each set runs at 1 stream (its prompts one after another) and at 4 streams (its prompts at once), --rounds
-times. Per server and workload: generated tokens / the time from each request's first token to its end (one
-stream), or all tokens / the wall time of the round (four streams). llm-worker runs with --spec-type none and
+Each set runs at 1 stream (its prompts one after another) and at 4 streams (its prompts at once), once a round;
+--rounds R starts every server R times, in turn, the order reversed every other round, and the figures are medians
+over the rounds. Per server and workload: generated tokens / the time from each request's first token to its end (one
+stream), or all tokens / the wall time of the set (four streams). llm-worker runs with --spec-type none and
 ngram; llama-server with none and its n-gram types. Every server loads the same GGUF, alone on the machine, with
 the same slots, context and threads. The texts of llm-worker with and without drafts are compared: in exact mode
 they must be equal. Run: .venv/bin/python bench/run.py speculative [--publish]   (bench/SPECULATIVE.md)
@@ -28,8 +29,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import Turn, chat_turn, warm_up
 from bench.client import new_session
-from bench.config import LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
-from bench.report import environment, machine_line, publish
+from bench.config import (
+    LLAMA_SERVER,
+    MB,
+    REPO_DIR,
+    WORKER,
+    BenchConfig,
+    add_peer_flags,
+    find_llama_server,
+    find_model,
+)
+from bench.report import environment, machine_line, publish, write_summary
+from bench.rounds import alternated, medians
 from bench.servers import running_server
 
 # (label, server, extra flags)
@@ -90,32 +101,38 @@ async def drive(url: str, args: argparse.Namespace) -> dict[str, Run]:
         for name, prompts in prompt_sets().items():
             for streams in STREAMS:
                 run = runs[f"{name}, {streams} stream{'s' * (streams > 1)}"] = Run()
-                for _ in range(args.rounds):
-                    if streams == 1:
-                        for prompt in prompts:
-                            turn, text = await answer(session, url, prompt, args.max_tokens)
-                            run.tokens += turn.tokens - 1
-                            run.seconds += turn.total_s - turn.ttft_s
-                            run.texts.append(text)
-                    else:
-                        began = time.perf_counter()
-                        done = await asyncio.gather(*(answer(session, url, p, args.max_tokens) for p in prompts))
-                        run.seconds += time.perf_counter() - began
-                        run.tokens += sum(turn.tokens for turn, _ in done)
-                        run.texts += [text for _, text in done]
+                if streams == 1:
+                    for prompt in prompts:
+                        turn, text = await answer(session, url, prompt, args.max_tokens)
+                        run.tokens += turn.tokens - 1
+                        run.seconds += turn.total_s - turn.ttft_s
+                        run.texts.append(text)
+                else:
+                    began = time.perf_counter()
+                    done = await asyncio.gather(*(answer(session, url, p, args.max_tokens) for p in prompts))
+                    run.seconds += time.perf_counter() - began
+                    run.tokens += sum(turn.tokens for turn, _ in done)
+                    run.texts += [text for _, text in done]
     return runs
 
 
-def report(args: argparse.Namespace, cfg: BenchConfig, results: dict[str, dict[str, Run]], env: dict) -> str:
-    workloads = list(next(iter(results.values())))
+def median_tok_s(results: dict[str, list[dict[str, Run]]]) -> dict[str, dict[str, float]]:
+    """Each server's tok/s per workload, medians over the rounds."""
+    return {label: medians([{w: run.tok_s for w, run in runs.items()} for runs in rounds])
+            for label, rounds in results.items()}
+
+
+def report(args: argparse.Namespace, cfg: BenchConfig, results: dict[str, list[dict[str, Run]]], env: dict) -> str:
+    workloads = list(next(iter(results.values()))[0])
+    tok_s = median_tok_s(results)
     lines = ["# llm-worker speculative decoding benchmark", "", machine_line(cfg, env),
              f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads; greedy, "
-             f"up to {args.max_tokens} tokens an answer, {args.rounds} rounds; tok/s: decode (1 stream) or "
+             f"up to {args.max_tokens} tokens an answer; {args.rounds} rounds, every server started once a round, the "
+             "order reversed every other round, medians over the rounds; tok/s: decode (1 stream) or "
              "all tokens over the wall time (4 streams)", "",
              "| server | " + " | ".join(workloads) + " |", "|---|" + "---|" * len(workloads)]
-    for label, runs in results.items():
-        lines.append(f"| {label} | " + " | ".join(f"{runs[w].tok_s:.1f}" for w in workloads) + " |")
-    tok_s = {label: {w: runs[w].tok_s for w in workloads} for label, runs in results.items()}
+    for label, row in tok_s.items():
+        lines.append(f"| {label} | " + " | ".join(f"{row[w]:.1f}" for w in workloads) + " |")
     checks = []
     if "llm-worker none" in tok_s and "llm-worker ngram" in tok_s:
         ours, base = tok_s["llm-worker ngram"], tok_s["llm-worker none"]
@@ -127,9 +144,9 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: dict[str, dict[s
             best = max(peers, key=lambda label: tok_s[label]["copying, 1 stream"])
             checks.append((f"ngram / {best} (its best), copying, 1 stream",
                            ours["copying, 1 stream"] / tok_s[best]["copying, 1 stream"], 1.0))
-        same = sum(a == b for w in workloads for a, b in zip(results["llm-worker none"][w].texts,
-                                                             results["llm-worker ngram"][w].texts))
-        total = sum(len(results["llm-worker none"][w].texts) for w in workloads)
+        pairs = [(a, b) for without, with_ in zip(results["llm-worker none"], results["llm-worker ngram"])
+                 for w in workloads for a, b in zip(without[w].texts, with_[w].texts)]
+        same, total = sum(a == b for a, b in pairs), len(pairs)
         lines += ["", f"llm-worker texts with drafts equal to without: {same} of {total}"]
     lines += ["", "| target | measured | met |", "|---|---|---|"]
     lines += [f"| {name} >= {target}x | {value:.2f}x | {'yes' if value >= target else 'NO'} |"
@@ -142,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     add_peer_flags(p, parallel=4, ctx_size=8192, report="SPECULATIVE.md")
     p.add_argument("--variants", default=",".join(v[0] for v in VARIANTS),
                    help="of: " + ", ".join(v[0] for v in VARIANTS))
-    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=3, help="every server started once a round")
     p.add_argument("--max-tokens", type=int, default=200)
     args = p.parse_args(argv)
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
@@ -155,23 +172,25 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out, publish=args.publish,
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    env = environment(cfg)
-    results: dict[str, dict[str, Run]] = {}
-    for label, server, extra in chosen:
-        print(f"== {label}", file=sys.stderr)
+    env = {**environment(cfg), "rounds": args.rounds, "model": model.name, "model_mb": round(model.stat().st_size / MB)}
+    results: dict[str, list[dict[str, Run]]] = {label: [] for label, _, _ in chosen}
+    for n, (label, server, extra) in alternated(chosen, args.rounds):
+        print(f"== {label} (round {n + 1})", file=sys.stderr)
         flags = {"worker_args": extra} if server == WORKER else {"peer_args": extra}
         with running_server(server, dataclasses.replace(cfg, **flags)) as (url, _proc, _sampler, _startup_s, argv):
             asyncio.run(warm_up(url))
-            results[label] = asyncio.run(drive(url, args))
-        print("   " + ", ".join(f"{w}: {r.tok_s:.1f}" for w, r in results[label].items()), file=sys.stderr)
+            results[label].append(asyncio.run(drive(url, args)))
+        print("   " + ", ".join(f"{w}: {r.tok_s:.1f}" for w, r in results[label][-1].items()), file=sys.stderr)
     text = report(args, cfg, results, env)
     print(text)
     (args.out / "speculative.md").write_text(text)
     (args.out / "speculative.json").write_text(json.dumps(
-        {"environment": env, "results": {label: {w: dataclasses.asdict(r) for w, r in runs.items()}
-                                         for label, runs in results.items()}}, indent=2, default=str))
+        {"environment": env, "results": {label: [{w: dataclasses.asdict(r) for w, r in runs.items()} for runs in rounds]
+                                         for label, rounds in results.items()}}, indent=2, default=str))
     if args.publish:
         publish(text, None, "SPECULATIVE.md", "")
+        write_summary("speculative", env, {label: {w: round(value, 1) for w, value in row.items()}
+                                           for label, row in median_tok_s(results).items()})
     return 0
 
 

@@ -9,8 +9,9 @@ measured in process: grammar setup for the schema (conversion, llama.cpp's parse
 
 Targets (issue 13): json_schema tok/s >= 0.8x the same server without it, >= 1.0x llama-server with the
 same schema; grammar setup < 50 ms. llm-worker runs in its exact (default) and fast prefix-cache modes: fast lets
-llama.cpp use flash attention, as llama-server does. Run: .venv/bin/python bench/run.py structured [--publish]
-(bench/STRUCTURED.md)
+llama.cpp use flash attention, as llama-server does. --rounds R starts every server R times, in turn, the order
+reversed every other round; the figures are medians over the rounds. Run: .venv/bin/python bench/run.py structured
+[--rounds 3] [--publish]   (bench/STRUCTURED.md)
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import VARIANTS, Turn, chat_turn
 from bench.client import new_session
-from bench.config import LLAMA_SERVER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.config import LLAMA_SERVER, MB, BenchConfig, add_peer_flags, find_llama_server, find_model
 from bench.prompts import PromptFactory
-from bench.report import environment, machine_line, publish
+from bench.report import environment, machine_line, publish, write_summary
+from bench.rounds import alternated, medians
 from bench.servers import running_server
 
 _KINDS = [{"type": "string", "maxLength": 16}, {"type": "integer"}, {"type": "boolean"},
@@ -45,6 +47,7 @@ MODES = ("plain", "json_schema")
 @dataclass
 class ServerResult:
     server: str
+    round: int
     argv: list[str]
     samples: dict[str, list[Turn]] = field(default_factory=dict)
     valid_json: dict[str, int] = field(default_factory=dict)  # answers that parse as one JSON object
@@ -115,15 +118,22 @@ def row(turns: list[Turn], valid_json: int) -> dict[str, float]:
     }
 
 
+def median_rows(results: list[ServerResult]) -> dict[tuple[str, str], dict[str, float]]:
+    """Each (server, mode)'s figures, medians over the rounds."""
+    return {(server, mode): medians([row(r.samples[mode], r.valid_json[mode]) for r in results if r.server == server])
+            for server in dict.fromkeys(r.server for r in results) for mode in MODES}
+
+
 def report(args: argparse.Namespace, cfg: BenchConfig, results: list[ServerResult], setup: dict[str, float],
            env: dict) -> str:
-    rows = {(r.server, mode): row(r.samples[mode], r.valid_json[mode]) for r in results for mode in MODES}
+    rows = median_rows(results)
     cols = list(next(iter(rows.values())))
     lines = [
         "# llm-worker structured output benchmark", "",
         machine_line(cfg, env),
         f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads; one "
-        f"stream at a time, {args.requests} requests per mode, greedy, up to {args.max_tokens} tokens",
+        f"stream at a time, {args.requests} requests per mode, greedy, up to {args.max_tokens} tokens; {args.rounds} "
+        "rounds, every server started once a round, the order reversed every other round; medians over the rounds",
         "- plain: EOS banned, so max_tokens are generated; json_schema: a 30-property object (strings of at most "
         "16 characters, integers, booleans, an enum, numbers), all required; the grammar ends it", "",
         "| server | mode | " + " | ".join(cols) + " |", "|---|---|" + "---|" * len(cols),
@@ -134,7 +144,7 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[ServerResul
     tok_s = {key: values["decode tok/s"] for key, values in rows.items()}
     checks = [("grammar setup, 30-property schema (convert + check + sampler)", f"{setup['total']:.2f} ms",
                setup["total"] < 50)]
-    for worker in [r.server for r in results if r.server.startswith("llm-worker")]:
+    for worker in [label for label in dict.fromkeys(r.server for r in results) if label.startswith("llm-worker")]:
         ratio = tok_s[(worker, "json_schema")] / tok_s[(worker, "plain")]
         checks.append((f"{worker} json_schema / plain decode tok/s", f"{ratio:.2f}x", ratio >= 0.8))
         if (LLAMA_SERVER, "json_schema") in tok_s:
@@ -153,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="of: " + ", ".join(v[0] for v in VARIANTS))
     p.add_argument("--requests", type=int, default=6, help="requests per mode per server")
     p.add_argument("--max-tokens", type=int, default=400)
+    p.add_argument("--rounds", type=int, default=3, help="every server started once a round")
     args = p.parse_args(argv)
     chosen = [v for v in VARIANTS if v[0] in args.variants.split(",")]
     model = find_model(args.model)
@@ -165,14 +176,14 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     no_eos = {str(t): -100.0 for t in PromptFactory(model).end_of_generation}
-    env = environment(cfg)
+    env = {**environment(cfg), "rounds": args.rounds, "model": model.name, "model_mb": round(model.stat().st_size / MB)}
     setup = setup_ms(model)
     results = []
-    for label, server, extra in chosen:
-        print(f"== {label}", file=sys.stderr)
+    for n, (label, server, extra) in alternated(chosen, args.rounds):
+        print(f"== {label} (round {n + 1})", file=sys.stderr)
         with running_server(server, dataclasses.replace(cfg, worker_args=extra)) as (url, _proc, _sampler, _startup_s,
                                                                                         argv):
-            results.append(ServerResult(label, argv))
+            results.append(ServerResult(label, n, argv))
             asyncio.run(drive(url, args, no_eos, results[-1]))
         for mode, turns in results[-1].samples.items():
             errors = [t.error for t in turns if t.error]
@@ -185,6 +196,10 @@ def main(argv: list[str] | None = None) -> int:
         {"setup_ms": setup, "environment": env, "results": [asdict(r) for r in results]}, indent=2, default=str))
     if args.publish:
         publish(text, None, "STRUCTURED.md", "")
+        figures: dict[str, dict[str, dict[str, float]]] = {}
+        for (server, mode), values in median_rows(results).items():
+            figures.setdefault(server, {})[mode] = {name: round(value, 1) for name, value in values.items()}
+        write_summary("structured", env, figures)
     return 0
 
 

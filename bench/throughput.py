@@ -449,6 +449,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, int]:
     p.add_argument("--rounds", type=int, default=1,
                    help="run every server this many times, the order reversed every other round: the tables give "
                         "medians, and each round's llm-worker/peer tok/s ratio")
+    p.add_argument("--summary", help="with --publish: commit the run as bench/results/summaries/SUMMARY.json only, "
+                                     "not as bench/RESULTS*.md (a run that a table elsewhere quotes)")
     a = p.parse_args(argv)
     servers = tuple(s.strip() for s in a.servers.split(",") if s.strip())
     if unknown := set(servers) - set(SERVERS):
@@ -473,13 +475,13 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, int]:
         publish=a.publish,
         worker_args=(*DRAFTS[a.drafts][0], *a.worker_args.split()),
         peer_args=DRAFTS[a.drafts][1],
-    ), a.drafts, a.rounds
+    ), a.drafts, a.rounds, a.summary
 
 
 def main(argv: list[str] | None = None) -> int:
     # SIGTERM (e.g. from `timeout`) must unwind like Ctrl-C so the servers get stopped too.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    cfg, drafts, rounds = parse_args(argv)
+    cfg, drafts, rounds, summary_name = parse_args(argv)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     prompts = PromptFactory(cfg.model)
@@ -497,11 +499,13 @@ def main(argv: list[str] | None = None) -> int:
     chart = cfg.out_dir / "chart.png"
     has_chart = draw_chart(cfg, runs, chart)
     if cfg.publish:
-        write_summary(f"throughput-drafts-{drafts}", env, {
+        write_summary(summary_name or f"throughput-drafts-{drafts}", env, {
             run.server: {f"{lv.prompt_tokens}x{lv.clients}": {m[0]: round(getattr(lv, m[0]), 2) for m in METRICS}
                          for lv in run.levels} | {"peak_rss_mb": round(run.peak_rss_mb)} for run in runs})
-        name = "RESULTS.md" if drafts == "off" else "RESULTS-DRAFTS.md"
-        publish(report, chart if has_chart and drafts == "off" else None, name, "tok/s and TTFT against concurrency")
+        if summary_name is None:
+            name = "RESULTS.md" if drafts == "off" else "RESULTS-DRAFTS.md"
+            publish(report, chart if has_chart and drafts == "off" else None, name,
+                    "tok/s and TTFT against concurrency")
     print(f"wrote {cfg.out_dir}/latest.md, latest.json{', chart.png' if has_chart else ''} "
           f"in {time.perf_counter() - began:.0f}s", file=sys.stderr)
     return 0
