@@ -21,7 +21,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.client import new_session
-from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.config import (
+    DRAFT_LINES,
+    DRAFTS,
+    LLAMA_SERVER,
+    MB,
+    WORKER,
+    BenchConfig,
+    add_drafts_flag,
+    add_peer_flags,
+    find_llama_server,
+    find_model,
+)
 from bench.report import environment, machine_line, write_report, write_summary
 from bench.rounds import alternated, medians, round_ratios
 from bench.servers import running_server
@@ -62,19 +73,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=3, help="every server started once a round")
     p.add_argument("--bursts", type=int, default=3, help="bursts a server runs in a round (after a warm-up one)")
     p.add_argument("--clients", type=int, default=4)
+    add_drafts_flag(p)
     args = p.parse_args(argv)
     cfg = BenchConfig(
         model=find_model(args.model), servers=(WORKER, LLAMA_SERVER), prompt_lengths=(), concurrencies=(),
         requests_per_client=1, level_timeout_s=0, max_tokens=16, parallel=args.parallel, ctx_size=args.ctx_size,
         threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
-        out_dir=args.out, publish=args.publish,
+        out_dir=args.out, publish=args.publish, worker_args=DRAFTS[args.drafts][0], peer_args=DRAFTS[args.drafts][1],
     )
-    env = {**environment(cfg), "rounds": args.rounds, "model": cfg.model.name,
+    env = {**environment(cfg), "drafts": args.drafts, "rounds": args.rounds, "model": cfg.model.name,
            "model_mb": round(cfg.model.stat().st_size / MB)}
     lines = ["# llm-worker burst benchmark", "", machine_line(cfg, env),
              f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads; "
              f"{args.bursts} bursts of {args.clients} streamed chat requests sent together after a warm-up one, one "
-             "new ~600-token system prompt per burst, 16 greedy tokens each",
+             f"new ~600-token system prompt per burst, 16 greedy tokens each; drafts {DRAFT_LINES[args.drafts]}",
              f"- {args.rounds} rounds, every server started once a round, the order reversed every other round; "
              "medians over the rounds", "",
              "| server | burst wall s | mean TTFT s |", "|---|---|---|"]

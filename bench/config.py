@@ -77,6 +77,21 @@ def add_peer_flags(p: argparse.ArgumentParser, *, parallel: int, ctx_size: int, 
     p.add_argument("--publish", action="store_true", help=f"also write bench/{report}")
 
 
+# --drafts: (llm-worker's flags, llama-server's flags). llama-server's best n-gram type on this machine's copying
+# and open-ended answers is ngram-simple (bench/SPECULATIVE.md); llama_cpp.server drafts with no flag of these.
+DRAFTS = {"off": (("--spec-type", "none"), ()), "on": ((), ("--spec-type", "ngram-simple"))}
+DRAFT_LINES = {"off": "off on every server (llm-worker --spec-type none)",
+               "on": "llm-worker's prompt lookup (its default) and llama-server's --spec-type ngram-simple; "
+                     "llama_cpp.server none"}
+
+
+def add_drafts_flag(p: argparse.ArgumentParser) -> None:
+    """docs/benchmarks.md's first rule: drafts off on every server (the default), or on for each that has them."""
+    p.add_argument("--drafts", choices=DRAFTS, default="off",
+                   help="off: no server drafts; on: llm-worker's prompt lookup and llama-server's ngram-simple, its "
+                        "best n-gram type here (bench/SPECULATIVE.md); llama_cpp.server has none either way")
+
+
 def add_worker_flags(p: argparse.ArgumentParser, *, parallel: int = 4, ctx_size: int = 8192) -> None:
     """The flags a bench of llm-worker alone takes: the model, its slots, context and threads, where results go."""
     p.add_argument("--model")

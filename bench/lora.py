@@ -26,7 +26,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.adapters import PURPLE, ZEBRA, Base, steering_adapter
 from bench.client import RequestResult, new_session, stream_completion
-from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.config import (
+    DRAFT_LINES,
+    DRAFTS,
+    LLAMA_SERVER,
+    MB,
+    WORKER,
+    BenchConfig,
+    add_drafts_flag,
+    add_peer_flags,
+    find_llama_server,
+    find_model,
+)
 from bench.report import environment, machine_line, write_report, write_summary
 from bench.rounds import alternated, round_ratios
 from bench.servers import running_server
@@ -68,6 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requests", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3, help="every server started once a round")
+    add_drafts_flag(p)
     args = p.parse_args(argv)
     model = find_model(args.model)
     lines = ["# llm-worker LoRA benchmark", ""]
@@ -79,13 +91,14 @@ def main(argv: list[str] | None = None) -> int:
             model=model, servers=(WORKER, LLAMA_SERVER), prompt_lengths=(), concurrencies=(), requests_per_client=1,
             level_timeout_s=0, max_tokens=args.max_tokens, parallel=args.parallel, ctx_size=args.ctx_size,
             threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
-            out_dir=args.out, publish=args.publish, worker_args=lora_flags, peer_args=lora_flags)
-        env = {**environment(cfg), "rounds": args.rounds, "model": model.name,
+            out_dir=args.out, publish=args.publish, worker_args=(*DRAFTS[args.drafts][0], *lora_flags),
+            peer_args=(*DRAFTS[args.drafts][1], *lora_flags))
+        env = {**environment(cfg), "drafts": args.drafts, "rounds": args.rounds, "model": model.name,
                "model_mb": round(model.stat().st_size / MB)}
         lines += [machine_line(cfg, env),
                   f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads, "
                   f"two rank-32 steering adapters loaded; {args.clients} closed-loop clients x {args.requests} "
-                  f"streamed completions of {args.max_tokens} greedy tokens",
+                  f"streamed completions of {args.max_tokens} greedy tokens; drafts {DRAFT_LINES[args.drafts]}",
                   f"- {args.rounds} rounds, every server started once a round, the order reversed every other round; "
                   "tok/s medians over the rounds, the gaps of every round together", "",
                   "| server | adapters per client | tok/s | ITL p50 ms | ITL p99 ms |", "|---|---|---|---|---|"]

@@ -159,7 +159,8 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[ServerResul
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_peer_flags(p, parallel=1, ctx_size=4096, report="STRUCTURED.md")
-    p.add_argument("--variants", default="llm-worker exact,llm-worker fast,llama-server",
+    # exact drafts by prompt lookup by default, llama-server not: "exact no drafts" is the like-for-like row.
+    p.add_argument("--variants", default="llm-worker exact,llm-worker exact no drafts,llm-worker fast,llama-server",
                    help="of: " + ", ".join(v[0] for v in VARIANTS))
     p.add_argument("--requests", type=int, default=6, help="requests per mode per server")
     p.add_argument("--max-tokens", type=int, default=400)

@@ -32,12 +32,15 @@ from bench import engine_time
 from bench.client import RequestResult, new_session, request_body, stream_completion
 from bench.config import (
     BENCH_DIR,
+    DRAFT_LINES,
+    DRAFTS,
     LLAMA_CPP_PY,
     LLAMA_SERVER,
     MB,
     SERVERS,
     WORKER,
     BenchConfig,
+    add_drafts_flag,
     find_llama_server,
     find_model,
 )
@@ -252,14 +255,6 @@ def round_ratios(cfg: BenchConfig, by_round: list[list[ServerRun]]) -> str:
 
 # --------------------------------------------------------------------------- report
 
-# --drafts: (llm-worker's flags, llama-server's flags). llama-server's best n-gram type on this machine's copying
-# and open-ended answers is ngram-simple (bench/SPECULATIVE.md); llama_cpp.server drafts with no flag of these.
-DRAFTS = {"off": (("--spec-type", "none"), ()), "on": ((), ("--spec-type", "ngram-simple"))}
-
-DRAFT_LINES = {"off": "off on every server (llm-worker --spec-type none)",
-               "on": "llm-worker's prompt lookup (its default) and llama-server's --spec-type ngram-simple; "
-                     "llama_cpp.server none"}
-
 METRICS = (  # field, column title, format, higher is better
     ("agg_tok_s", "tok/s", "{:.1f}", True),
     ("requests_per_s", "req/s", "{:.2f}", True),
@@ -443,9 +438,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[BenchConfig, str, int]:
     p.add_argument("--publish", action="store_true",
                    help="also copy the report and chart to bench/RESULTS.md and bench/chart.png")
     p.add_argument("--worker-args", default="", help="extra `llm-worker serve` flags, e.g. '--prefix-cache fast'")
-    p.add_argument("--drafts", choices=DRAFTS, default="off",
-                   help="off: no server drafts; on: llm-worker's prompt lookup and llama-server's ngram-simple, its "
-                        "best n-gram type here (bench/SPECULATIVE.md); llama_cpp.server has none either way")
+    add_drafts_flag(p)
     p.add_argument("--rounds", type=int, default=1,
                    help="run every server this many times, the order reversed every other round: the tables give "
                         "medians, and each round's llm-worker/peer tok/s ratio")

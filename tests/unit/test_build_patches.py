@@ -62,6 +62,10 @@ def test_patches_that_change_the_same_lines_build_again_from_the_cache(cache, tm
     vendored = cache / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp" / "src" / "step.c"
     assert vendored.read_text() == SOURCE  # never patched in place
 
+    (patches / "0002-three.patch").write_text(_patch("three, explained better", "int step = 2;\n", "int step = 3;\n"))
+    assert _build(cache, patches).returncode == 0
+    assert _patched_sources(cache) == [source]  # a corrected explanation changes no source: nothing built again
+
     (patches / "0002-three.patch").write_text(_patch("four", "int step = 2;\n", "int step = 4;\n"))
     assert _build(cache, patches).returncode == 0
     assert len(_patched_sources(cache)) == 2  # another set, another source and build
