@@ -232,7 +232,7 @@ def same_answers(results: list[VariantResult]) -> list[str]:
         if label.startswith("llm-worker") and label != reference:
             got = [(want.get(key), text) for r in results if r.label == label for key, text in answers(r).items()]
             lines.append(f"- {label}: {sum(a == b for a, b in got)} of {len(got)} answers equal {reference}'s")
-    return ["", "Greedy answers against the reference (every round, both workloads):", "", *lines]
+    return ["", "Greedy answers against the reference (every round, both workloads):", "", *lines] if lines else []
 
 
 def median_rows(results: list[VariantResult], late_from: int) -> dict[str, dict[str, float]]:
