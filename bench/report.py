@@ -25,7 +25,8 @@ def environment(cfg: BenchConfig) -> dict[str, Any]:
                 cpu = line.split(":", 1)[1].strip()
                 break
     env: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
-                           "python": platform.python_version(), "load_before": os.getloadavg()[0]}
+                           "python": platform.python_version(), "load_before": os.getloadavg()[0],
+                           "commit": source_commit()}
     if env["load_before"] > 0.5:
         # Each server spins all its threads; anything else running skews them unpredictably.
         print(f"warning: load average is {env['load_before']:.1f} before the benchmark; "
@@ -87,19 +88,24 @@ def publish(report: str, chart: Path | None, name: str, caption: str) -> None:
 SUMMARIES = BENCH_DIR / "results" / "summaries"
 
 
+def source_commit() -> str:
+    """The commit the figures' code is at, "+changes" where the tree differs from it in what they depend on: the
+    worker, the benches, the build scripts and patches, the pins (not the docs, nor the reports and charts earlier
+    --publish runs rewrite). Taken when a run begins (environment()): an edit made while it runs is not in it."""
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=BENCH_DIR).stdout.strip()
+    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/worker", ":/bench",
+                                 ":/scripts", ":/patches", ":/pyproject.toml", ":!/bench/*.md", ":!/bench/*.png"],
+                                capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip())
+    return commit + ("+changes" if dirty else "")
+
+
 def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any]) -> Path:
     """A published run's figures as bench/results/summaries/NAME.json, committed: the date, the commit (and whether
     the tree had changes), the machine and its load, the command, and every server's figures. The README's and
     docs' tables quote these; tests/unit/test_published_figures.py holds them to it."""
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=BENCH_DIR).stdout.strip()
-    # Changes to what the figures depend on: the worker, the benches, the build scripts and patches, the pins (not
-    # the docs, nor the reports and charts earlier --publish runs rewrite).
-    dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/worker", ":/bench",
-                                 ":/scripts", ":/patches", ":/pyproject.toml", ":!/bench/*.md", ":!/bench/*.png"],
-                                capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip())
     run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
-    summary = {"date": env.get("date"), "commit": commit + ("+changes" if dirty else ""),
+    summary = {"date": env.get("date"), "commit": env.get("commit") or source_commit(),
                "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),
                "command": " ".join(["bench/run.py", *sys.argv[1:]]), **run, "servers": figures}
     SUMMARIES.mkdir(parents=True, exist_ok=True)

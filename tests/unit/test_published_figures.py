@@ -4,27 +4,60 @@ and by which command it was made."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SUMMARIES = REPO / "bench" / "results" / "summaries"
 SERVERS = ("llm-worker", "llama-server", "llama_cpp.server")  # the README table's columns, in order
-# The README's rows: (summary, level as PROMPTxCLIENTS or None for the run's own figures, the figures a cell quotes
-# in order). RSS_LESS_MODEL: the run's peak RSS less its model file's size.
-RSS_LESS_MODEL = "peak_rss_mb"
+RSS_LESS_MODEL = "peak_rss_mb"  # a run's peak RSS less its model file's size
+
+
+@dataclass(frozen=True)
+class Row:
+    """A README row: its run's summary, and the figures each cell quotes, in order, as paths into a server's
+    figures. `servers` names a column's server as the run does, where it ran variants (chat's "llm-worker exact")."""
+
+    summary: str
+    figures: tuple[tuple[str, ...], ...]
+    servers: tuple[tuple[str, str], ...] = ()
+
+    def server(self, column: str) -> str:
+        return dict(self.servers).get(column, column)
+
+
+# Drafts off on both sides (docs/benchmarks.md's first rule): exact mode without its default prompt-lookup drafts.
+EXACT = (("llm-worker", "llm-worker exact no drafts"),)
 ROWS = {
-    "tok/s, 1 client, drafts off": ("throughput-drafts-off", "128x1", ("agg_tok_s",)),
-    "tok/s, 8 clients, drafts off": ("throughput-drafts-off", "128x8", ("agg_tok_s",)),
-    "tok/s, 1 client, drafts on": ("throughput-drafts-on", "128x1", ("agg_tok_s",)),
-    "tok/s, 8 clients, drafts on": ("throughput-drafts-on", "128x8", ("agg_tok_s",)),
-    "time to first token p50, 8 clients, drafts off": ("throughput-drafts-off", "128x8", ("ttft_p50_ms",)),
-    "peak RSS less the model, drafts off": ("throughput-drafts-off", None, (RSS_LESS_MODEL,)),
-    "a one-image chat (SigLIP-base's encoder, 576 image tokens), first token; the same image next turn": (
-        "images", None, ("first_ms", "second_ms")),
+    "tok/s, 1 client, drafts off": Row("throughput-drafts-off", (("128x1", "agg_tok_s"),)),
+    "tok/s, 8 clients, drafts off": Row("throughput-drafts-off", (("128x8", "agg_tok_s"),)),
+    "tok/s, 1 client, drafts on": Row("throughput-drafts-on", (("128x1", "agg_tok_s"),)),
+    "tok/s, 8 clients, drafts on": Row("throughput-drafts-on", (("128x8", "agg_tok_s"),)),
+    "time to first token p50, 8 clients, drafts off": Row("throughput-drafts-off", (("128x8", "ttft_p50_ms"),)),
+    "peak RSS less the model, drafts off": Row("throughput-drafts-off", ((RSS_LESS_MODEL,),)),
+    "multi-turn chat, late-turn time to first token; wall time": Row(
+        "chat", (("late TTFT ms",), ("wall s",)), EXACT),
+    "prompt tokens reused a late turn": Row("chat", (("late cached tokens",), ("late prompt tokens",)), EXACT),
+    "hybrid model (LFM2-1.2B's shape, Q4_K_M), multi-turn chat: late-turn TTFT; wall": Row(
+        "chat-hybrid", (("late TTFT ms",), ("wall s",)), EXACT),
+    "8 conversations on 4 slots, late-turn TTFT (`--cache-ram`)": Row("chat-8-on-4", (("late TTFT ms",),), EXACT),
+    "8 returning ~1,500-token conversations after a restart, first-turn TTFT (`--kv-dir`)": Row(
+        "restart", (("warm (--kv-dir)", "ttft_mean_ms"), ("cold (no --kv-dir)", "ttft_mean_ms"))),
+    "two LoRA adapters alternating over 8 streams, per-request `lora`, tok/s": Row(
+        "lora", (("two, alternating", "tok_s"),)),
+    "a one-image chat (SigLIP-base's encoder, 576 image tokens), first token; the same image next turn": Row(
+        "images", (("first_ms",), ("second_ms",))),
+    "4 requests at once with one new shared prompt, a burst's wall time": Row("burst", (("burst_wall_s",),)),
+    "decode under a JSON schema, 1 stream": Row("structured", (("json_schema", "decode tok/s"),), EXACT),
+    "decode with n-gram drafts, answers that copy the prompt, 1 stream": Row(
+        "speculative", (("copying, 1 stream",),),
+        (("llm-worker", "llm-worker ngram"), ("llama-server", "llama-server ngram-simple"))),
 }
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+ASIDE = re.compile(r"\([^)]*\)")  # a cell's parenthesized aside: ratios, ranges, flags; not a quoted figure
 
 
 def summary(name: str) -> dict:
@@ -40,6 +73,16 @@ def readme_rows() -> dict[str, list[str]]:
     return rows
 
 
+def quoted(cell: str) -> list[str]:
+    return [number.replace(",", "") for number in NUMBER.findall(ASIDE.sub("", cell))]
+
+
+def same(text: str, value: float) -> bool:
+    """The README's figure is the summary's, rounded as the README writes it."""
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    return float(text) == round(value, decimals)
+
+
 def test_every_summary_says_when_where_what_and_how():
     names = sorted(SUMMARIES.glob("*.json"))
     assert names, "no committed run"
@@ -47,28 +90,75 @@ def test_every_summary_says_when_where_what_and_how():
         run = json.loads(path.read_text())
         assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"]) and re.fullmatch(r"[0-9a-f]{7,}", run["commit"]), path
         assert run["command"].startswith("bench/run.py ") and run["machine"] and run["servers"], path
-        assert isinstance(run["load_before"], float), path
+        assert isinstance(run["load_before"], float) and run["rounds"] >= 1, path
 
 
 def test_the_readme_rows_quote_their_runs():
     rows = readme_rows()
     assert rows.keys() == ROWS.keys(), f"README rows missing: {ROWS.keys() - rows.keys()}"
-    for label, (name, level, wanted) in ROWS.items():
-        run = summary(name)
-        for server, cell in zip(SERVERS, rows[label]):
-            quoted = [number.replace(",", "") for number in NUMBER.findall(cell)]
-            if server not in run["servers"]:
-                assert not quoted, f"{label}, {server}: {cell!r} quotes a server the run did not measure"
+    for label, row in ROWS.items():
+        run = summary(row.summary)
+        for column, cell in zip(SERVERS, rows[label]):
+            figures = quoted(cell)
+            if row.server(column) not in run["servers"]:
+                assert not figures, f"{label}, {column}: {cell!r} quotes a server the run did not measure"
                 continue
-            assert len(quoted) >= len(wanted), f"{label}, {server}: {len(wanted)} figures wanted in {cell!r}"
-            figures = run["servers"][server] if level is None else run["servers"][server][level]
-            for figure, text in zip(wanted, quoted):
-                value = figures[figure] - run["model_mb"] if figure == RSS_LESS_MODEL else figures[figure]
-                decimals = len(text.split(".")[1]) if "." in text else 0
-                assert float(text) == round(value, decimals), f"{label}, {server}: README {text}, {name} {value}"
+            assert not figures or len(figures) >= len(row.figures), f"{label}, {column}: {cell!r} quotes too few"
+            for path, text in zip(row.figures, figures):
+                value = functools.reduce(dict.__getitem__, path, run["servers"][row.server(column)])
+                value = value - run["model_mb"] if path == (RSS_LESS_MODEL,) else value
+                assert same(text, value), f"{label}, {column}: README {text}, {row.summary} {value}"
+        assert any(quoted(cell) for cell in rows[label]), f"{label} quotes no figure"
+
+
+def test_peer_comparisons_ran_three_alternated_rounds():
+    """docs/benchmarks.md's rules: a row that sets llm-worker beside a peer quotes medians of at least 3 rounds."""
+    for row in ROWS.values():
+        run = summary(row.summary)
+        if len(run["servers"]) > 1:
+            assert run["rounds"] >= 3, row.summary
 
 
 def test_the_drafts_off_run_had_drafts_off_on_every_server():
     assert summary("throughput-drafts-off")["drafts"] == "off"
     assert summary("throughput-drafts-on")["drafts"] == "on"
     assert all(summary(name)["rounds"] >= 3 for name in ("throughput-drafts-off", "throughput-drafts-on"))
+
+
+# "Exact at llama.cpp's speed": a row per prompt length, a column per weight type, each cell "S s vs S s" (llm-worker's
+# and llama-server's time to first token, seconds), each type's run its own summary.
+FIRST_TOKEN = {"test model Q4_1": "first-token-q4_1", "Q4_K_M": "first-token-q4_k_m", "F16": "first-token-f16"}
+
+
+def test_the_exact_speed_table_quotes_its_runs():
+    lines = (REPO / "README.md").read_text().split("| time to first token |", 1)[1].splitlines()
+    columns = [cell.strip() for cell in lines[0].strip().strip("|").split("|")]
+    assert columns == list(FIRST_TOKEN), columns
+    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:4]]
+    assert [row[0] for row in rows] == ["1,536-token prompt", "6,144-token prompt"]
+    for row in rows:
+        level = f"{row[0].split('-')[0].replace(',', '')}x1"
+        for column, cell in zip(columns, row[1:]):
+            run = summary(FIRST_TOKEN[column])
+            assert run["rounds"] >= 3 and set(run["servers"]) == {"llm-worker", "llama-server"}, run["command"]
+            ours, theirs = quoted(cell)[:2]
+            assert same(ours, run["servers"]["llm-worker"][level]["ttft_p50_ms"] / 1000), (column, cell)
+            assert same(theirs, run["servers"]["llama-server"][level]["ttft_p50_ms"] / 1000), (column, cell)
+
+
+PATCHES = REPO / "patches" / "llama.cpp"
+PROBE_RESULTS = REPO / "bench" / "probes" / "RESULTS.md"
+# A figure as the headers and RESULTS.md write one: not a part of a name (Q4_1, SmolLM2-135M, x86-64's 86).
+FIGURE = re.compile(r"(?<![\w.,])\d+(?:,\d{3})*(?:\.\d+)?(?!\w)")
+
+
+def test_every_figure_a_patch_header_measured_is_recorded():
+    """patches/README.md: what each patch's header says it measured is in bench/probes/RESULTS.md, where the probe,
+    the machine and the date are (the header is the commit message above the first "---" line)."""
+    recorded = set(FIGURE.findall(PROBE_RESULTS.read_text()))
+    headers = {path.name: path.read_text().split("\n---\n", 1)[0] for path in sorted(PATCHES.glob("*.patch"))}
+    assert len(headers) >= 6
+    for name, header in headers.items():
+        measured = header[header.find("Measured"):] if "Measured" in header else ""
+        missing = [figure for figure in FIGURE.findall(measured) if figure not in recorded]
+        assert not missing, f"{name}: {missing} are in no section of bench/probes/RESULTS.md"
