@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, start_worker, wait_healthy
-from tests.helpers import openai_stream
+from tests.helpers import openai_once, openai_stream
 
 MIB = 2**20
 # A run command's limit on what one call carries (the checkout and its carried paths together).
@@ -79,6 +79,7 @@ async def test_vulkan_serves_with_every_layer_offloaded(http, tmp_path, model_pa
         streamed = await openai_stream(http, worker.url + "/v1/chat/completions", {
             "messages": [{"role": "user", "content": "Name a river."}], "max_tokens": 16, "temperature": 0})
         assert streamed.text.strip() and streamed.finish_reason in ("stop", "length")
+        cold, cached = [await openai_once(http, worker.url + "/v1/chat/completions", LONG_GREEDY) for _ in range(2)]
         async with http.get(worker.url + "/health") as response:
             health = await response.json()
         log = worker.log()
@@ -95,6 +96,22 @@ async def test_vulkan_serves_with_every_layer_offloaded(http, tmp_path, model_pa
     said = [json.loads(line) for line in log.splitlines() if '"exactness_guarantee"' in line]
     assert [(line["guarantee"], line["level"]) for line in said] == [("measured", "warning")]
     assert f"batch_invariant={exactness['batch_invariant']}" in said[0]["holds"]
+    # What "measured" still promises: greedy text does not depend on the prompt cache, since only whole prefilled
+    # micro-batches are reused. The same request again starts from the first's cells and gives its very logits.
+    assert cached["usage"]["prompt_tokens_details"]["cached_tokens"] >= 512, cached["usage"]
+    assert cold["usage"]["prompt_tokens"] > 512 + 64  # past one micro-batch, so part of it is prefilled again
+    assert cached["choices"][0]["message"]["content"] == cold["choices"][0]["message"]["content"]
+    assert _logprobs(cached) == _logprobs(cold)
+
+
+# A prompt past one 512-row micro-batch, answered greedily with each token's log probability.
+LONG_GREEDY = {"messages": [{"role": "user", "content": "Summarize: " + "The river runs past the old mill. " * 80}],
+               "max_tokens": 6, "temperature": 0, "logprobs": True, "top_logprobs": 2}
+
+
+def _logprobs(answer: dict) -> list[tuple[str, float, list[float]]]:
+    return [(token["token"], token["logprob"], [alt["logprob"] for alt in token["top_logprobs"]])
+            for token in answer["choices"][0]["logprobs"]["content"]]
 
 
 @pytest.mark.slow
