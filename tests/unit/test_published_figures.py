@@ -146,6 +146,34 @@ def test_the_exact_speed_table_quotes_its_runs():
             assert same(theirs, run["servers"]["llama-server"][level]["ttft_p50_ms"] / 1000), (column, cell)
 
 
+def _ratio(name: str, ours: tuple[str, ...], theirs: tuple[str, ...]) -> float:
+    servers = summary(name)["servers"]
+    return functools.reduce(dict.__getitem__, ours, servers) / functools.reduce(dict.__getitem__, theirs, servers)
+
+
+# Rows of "not reached" whose measured ratio is one of a committed run's figures over another.
+NOT_REACHED = {
+    "one stream's decode, drafts off: 0.95x llama-server": lambda: _ratio(
+        "throughput-drafts-off", ("llm-worker", "128x1", "decode_tok_s_p50"),
+        ("llama-server", "128x1", "decode_tok_s_p50")),
+    "n-gram drafts, answers that copy the prompt: 1.5x without": lambda: _ratio(
+        "speculative", ("llm-worker ngram", "copying, 1 stream"), ("llm-worker none", "copying, 1 stream")),
+}
+RATIO = re.compile(r"(\d+\.\d+)x")
+
+
+def test_the_not_reached_rows_quote_their_runs():
+    measured = {}
+    for line in (REPO / "README.md").read_text().splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if cells[0] in NOT_REACHED:
+            measured[cells[0]] = cells[1]
+    assert measured.keys() == NOT_REACHED.keys()
+    for label, value in NOT_REACHED.items():
+        first = RATIO.search(measured[label])
+        assert first and same(first.group(1), value()), f"{label}: README {measured[label]!r}, run {value():.3f}"
+
+
 PATCHES = REPO / "patches" / "llama.cpp"
 PROBE_RESULTS = REPO / "bench" / "probes" / "RESULTS.md"
 # A figure as the headers and RESULTS.md write one: not a part of a name (Q4_1, SmolLM2-135M, x86-64's 86).
