@@ -45,7 +45,7 @@ from bench.config import (
     find_model,
 )
 from bench.prompts import PromptFactory
-from bench.report import environment, machine_line, publish, pyplot, save_chart, write_summary
+from bench.report import environment, machine_line, publish, pyplot, ratio, save_chart, write_summary
 from bench.rounds import alternated, medians, round_ratios
 from bench.servers import running_server
 from worker.engine import LIB_PATH_ENV, default_dir
@@ -241,6 +241,16 @@ def median_rows(results: list[VariantResult], late_from: int) -> dict[str, dict[
     return {label: medians([summary(r, late_from) for r in results if r.label == label]) for label in labels}
 
 
+def each_rounds_ratio(args: argparse.Namespace, results: list[VariantResult]) -> dict[str, dict[str, list[float]]]:
+    """Each llm-worker variant's ratio to llama-server in every round, per figure RATIOS names (none without it)."""
+    by_round = {(r.label, r.round): summary(r, args.late_from) for r in results}
+    labels = [label for label in dict.fromkeys(r.label for r in results) if label.startswith("llm-worker")]
+    if not any(r.label == "llama-server" for r in results):
+        return {}
+    return {label: {key: [round(ratio(by_round[label, n][key], by_round["llama-server", n][key]), 3)
+                          for n in range(args.rounds)] for key in RATIOS} for label in labels}
+
+
 def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResult], env: dict) -> str:
     by_round = {(r.label, r.round): summary(r, args.late_from) for r in results}
     labels = list(dict.fromkeys(r.label for r in results))
@@ -334,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         publish(text, chart if has_chart else None, args.report, "time to first token per turn")
         write_summary(Path(args.report).stem.lower(), env, {
             label: {name: round(value, 1) for name, value in row.items()}
-            for label, row in median_rows(results, args.late_from).items()})
+            for label, row in median_rows(results, args.late_from).items()}, each_rounds_ratio(args, results))
     return 0
 
 

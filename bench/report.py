@@ -100,14 +100,17 @@ def source_commit() -> str:
     return commit + ("+changes" if dirty else "")
 
 
-def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any]) -> Path:
+def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any],
+                  round_ratios: dict[str, Any] | None = None) -> Path:
     """A published run's figures as bench/results/summaries/NAME.json, committed: the date, the commit (and whether
-    the tree had changes), the machine and its load, the command, and every server's figures. The README's and
+    the tree had changes), the machine and its load, the command, every server's figures, and where a bench gives
+    them, each round's ratios to the peer (what a "median of each round's ratio" is taken from). The README's and
     docs' tables quote these; tests/unit/test_published_figures.py holds them to it."""
     run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
     summary = {"date": env.get("date"), "commit": env.get("commit") or source_commit(),
                "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),
-               "command": " ".join(["bench/run.py", *sys.argv[1:]]), **run, "servers": figures}
+               "command": " ".join(["bench/run.py", *sys.argv[1:]]), **run, "servers": figures,
+               **({"round_ratios": round_ratios} if round_ratios else {})}
     SUMMARIES.mkdir(parents=True, exist_ok=True)
     path = SUMMARIES / f"{name}.json"
     path.write_text(json.dumps(_nan_as_null(summary), indent=1, allow_nan=False) + "\n")
