@@ -25,7 +25,6 @@ from bench.config import (
     DRAFT_LINES,
     DRAFTS,
     LLAMA_SERVER,
-    MB,
     WORKER,
     BenchConfig,
     add_drafts_flag,
@@ -81,8 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
         out_dir=args.out, publish=args.publish, worker_args=DRAFTS[args.drafts][0], peer_args=DRAFTS[args.drafts][1],
     )
-    env = {**environment(cfg), "drafts": args.drafts, "rounds": args.rounds, "model": cfg.model.name,
-           "model_mb": round(cfg.model.stat().st_size / MB)}
+    env = {**environment(cfg), "drafts": args.drafts, "rounds": args.rounds}
     lines = ["# llm-worker burst benchmark", "", machine_line(cfg, env),
              f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads; "
              f"{args.bursts} bursts of {args.clients} streamed chat requests sent together after a warm-up one, one "

@@ -37,7 +37,6 @@ from bench.client import new_session
 from bench.config import (
     LLAMA_CPP_PY,
     LLAMA_SERVER,
-    MB,
     WORKER,
     BenchConfig,
     add_peer_flags,
@@ -46,7 +45,7 @@ from bench.config import (
 )
 from bench.prompts import PromptFactory
 from bench.report import environment, machine_line, publish, pyplot, ratio, save_chart, write_summary
-from bench.rounds import alternated, medians, round_ratios
+from bench.rounds import alternated, medians, ratios_text
 from bench.servers import running_server
 from worker.engine import LIB_PATH_ENV, default_dir
 
@@ -247,13 +246,11 @@ def each_rounds_ratio(args: argparse.Namespace, results: list[VariantResult]) ->
     labels = [label for label in dict.fromkeys(r.label for r in results) if label.startswith("llm-worker")]
     if not any(r.label == "llama-server" for r in results):
         return {}
-    return {label: {key: [round(ratio(by_round[label, n][key], by_round["llama-server", n][key]), 3)
-                          for n in range(args.rounds)] for key in RATIOS} for label in labels}
+    return {label: {key: [ratio(by_round[label, n][key], by_round["llama-server", n][key]) for n in range(args.rounds)]
+                    for key in RATIOS} for label in labels}
 
 
 def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResult], env: dict) -> str:
-    by_round = {(r.label, r.round): summary(r, args.late_from) for r in results}
-    labels = list(dict.fromkeys(r.label for r in results))
     rows = median_rows(results, args.late_from)
     cols = list(next(iter(rows.values())))
     lines = [
@@ -270,16 +267,13 @@ def report(args: argparse.Namespace, cfg: BenchConfig, results: list[VariantResu
         "| server | " + " | ".join(cols) + " |", "|---|" + "---|" * len(cols),
     ]
     lines += [f"| {label} | " + " | ".join(f"{v:.1f}" for v in row.values()) + " |" for label, row in rows.items()]
-    if "llama-server" in rows:
+    if ratios := each_rounds_ratio(args, results):
         lines += ["", "llm-worker / llama-server (for TTFT and wall time lower is better, for tok/s higher"
                   + ("; each round's ratio, their median and range" if args.rounds > 1 else "") + "):", "",
                   "| llm-worker mode | late TTFT | wall time | shared-prompt decode tok/s | shared-prompt TTFT |",
                   "|---|---|---|---|---|"]
-        for label in labels:
-            if label.startswith("llm-worker"):
-                rounds = [(by_round[label, n], by_round["llama-server", n]) for n in range(args.rounds)]
-                lines.append(f"| {label.removeprefix('llm-worker ')} | " + " | ".join(
-                    round_ratios([(ours[k], theirs[k]) for ours, theirs in rounds]) for k in RATIOS) + " |")
+        lines += [f"| {label.removeprefix('llm-worker ')} | " + " | ".join(ratios_text(each[k]) for k in RATIOS) + " |"
+                  for label, each in ratios.items()]
     lines += same_answers(results)
     return "\n".join(lines) + "\n"
 
@@ -329,8 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     prompts = PromptFactory(model)
     no_eos = {str(t): -100.0 for t in prompts.end_of_generation}
-    env = {**environment(cfg), "rounds": args.rounds, "model": model.name,
-           "model_mb": round(model.stat().st_size / MB)}
+    env = {**environment(cfg), "rounds": args.rounds}
     results = [bench_variant(label, server, dataclasses.replace(cfg, worker_args=extra, worker_env=(
         ((LIB_PATH_ENV, str(default_dir())),) if label == DEFAULT_BUILD else ())), args, no_eos, n)
                for n, (label, server, extra) in alternated(chosen, args.rounds)]
@@ -342,9 +335,11 @@ def main(argv: list[str] | None = None) -> int:
     has_chart = draw_chart(args, results, chart)
     if args.publish:
         publish(text, chart if has_chart else None, args.report, "time to first token per turn")
-        write_summary(Path(args.report).stem.lower(), env, {
-            label: {name: round(value, 1) for name, value in row.items()}
-            for label, row in median_rows(results, args.late_from).items()}, each_rounds_ratio(args, results))
+        figures = {label: {name: round(value, 1) for name, value in row.items()}
+                   for label, row in median_rows(results, args.late_from).items()}
+        each_round = {label: {key: [round(value, 3) for value in values] for key, values in each.items()}
+                      for label, each in each_rounds_ratio(args, results).items()}
+        write_summary(Path(args.report).stem.lower(), env, figures, each_round)
     return 0
 
 

@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
             out_dir=args.out, publish=args.publish, worker_args=("--mmproj", projector),
             peer_args=("--mmproj", projector))
-        env = {**environment(cfg), "rounds": args.repeats, "model": model.name}
+        env = {**environment(cfg), "rounds": args.repeats}
         runs: dict[str, list[Measured]] = {server: [] for server in cfg.servers}
         for n in range(args.repeats):
             for server in cfg.servers if n % 2 == 0 else cfg.servers[::-1]:

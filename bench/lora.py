@@ -30,7 +30,6 @@ from bench.config import (
     DRAFT_LINES,
     DRAFTS,
     LLAMA_SERVER,
-    MB,
     WORKER,
     BenchConfig,
     add_drafts_flag,
@@ -93,8 +92,7 @@ def main(argv: list[str] | None = None) -> int:
             threads=args.threads, temperature=0.0, seed=0, llama_server_bin=find_llama_server(args.llama_server),
             out_dir=args.out, publish=args.publish, worker_args=(*DRAFTS[args.drafts][0], *lora_flags),
             peer_args=(*DRAFTS[args.drafts][1], *lora_flags))
-        env = {**environment(cfg), "drafts": args.drafts, "rounds": args.rounds, "model": model.name,
-               "model_mb": round(model.stat().st_size / MB)}
+        env = {**environment(cfg), "drafts": args.drafts, "rounds": args.rounds}
         lines += [machine_line(cfg, env),
                   f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads, "
                   f"two rank-32 steering adapters loaded; {args.clients} closed-loop clients x {args.requests} "

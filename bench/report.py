@@ -26,7 +26,8 @@ def environment(cfg: BenchConfig) -> dict[str, Any]:
                 break
     env: dict[str, Any] = {"cpu": cpu, "cores": os.cpu_count(), "date": time.strftime("%Y-%m-%d"),
                            "python": platform.python_version(), "load_before": os.getloadavg()[0],
-                           "commit": source_commit()}
+                           "commit": source_commit(), "model": cfg.model.name,
+                           "model_mb": round(cfg.model.stat().st_size / MB)}
     if env["load_before"] > 0.5:
         # Each server spins all its threads; anything else running skews them unpredictably.
         print(f"warning: load average is {env['load_before']:.1f} before the benchmark; "

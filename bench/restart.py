@@ -26,7 +26,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import Turn, chat_turn
 from bench.client import new_session
-from bench.config import MB, WORKER, BenchConfig, add_worker_flags, worker_config
+from bench.config import WORKER, BenchConfig, add_worker_flags, worker_config
 from bench.prompts import PromptFactory
 from bench.report import environment, machine_line, write_report, write_summary
 from bench.servers import running_server
@@ -136,8 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(kv_dir, ignore_errors=True)
     history = statistics.fmean(turn.prompt_tokens for turn in cold.turns)
     if args.publish:
-        write_summary("restart", {**env, "rounds": 1, "model": cfg.model.name,
-                                  "model_mb": round(cfg.model.stat().st_size / MB)}, {WORKER: {
+        write_summary("restart", {**env, "rounds": 1}, {WORKER: {
             run.label: {"start_s": round(run.start_s, 2), "ttft_mean_ms": round(statistics.fmean(run.ttft_ms)),
                         "ttft_p50_ms": round(statistics.median(run.ttft_ms)), "ttft_max_ms": round(max(run.ttft_ms))}
             for run in (cold, warm)}})

@@ -26,6 +26,11 @@ def medians(rows: list[dict[str, float]]) -> dict[str, float]:
 
 def round_ratios(pairs: list[tuple[float, float]]) -> str:
     """The median of each round's ours/theirs ratio, with their range where there are several rounds."""
-    values = sorted(ratio(ours, theirs) for ours, theirs in pairs)
+    return ratios_text([ratio(ours, theirs) for ours, theirs in pairs])
+
+
+def ratios_text(ratios: list[float]) -> str:
+    """Rounds' ratios as their median, with their range where there are several."""
+    values = sorted(ratios)
     text = f"{statistics.median(values):.2f}x"
     return text if len(values) == 1 else f"{text} ({values[0]:.2f}-{values[-1]:.2f})"

@@ -31,7 +31,6 @@ from bench.chat import Turn, chat_turn, warm_up
 from bench.client import new_session
 from bench.config import (
     LLAMA_SERVER,
-    MB,
     REPO_DIR,
     WORKER,
     BenchConfig,
@@ -172,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         out_dir=args.out, publish=args.publish,
     )
     args.out.mkdir(parents=True, exist_ok=True)
-    env = {**environment(cfg), "rounds": args.rounds, "model": model.name, "model_mb": round(model.stat().st_size / MB)}
+    env = {**environment(cfg), "rounds": args.rounds}
     results: dict[str, list[dict[str, Run]]] = {label: [] for label, _, _ in chosen}
     for n, (label, server, extra) in alternated(chosen, args.rounds):
         print(f"== {label} (round {n + 1})", file=sys.stderr)

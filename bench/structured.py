@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.chat import VARIANTS, Turn, chat_turn
 from bench.client import new_session
-from bench.config import LLAMA_SERVER, MB, BenchConfig, add_peer_flags, find_llama_server, find_model
+from bench.config import LLAMA_SERVER, BenchConfig, add_peer_flags, find_llama_server, find_model
 from bench.prompts import PromptFactory
 from bench.report import environment, machine_line, publish, write_summary
 from bench.rounds import alternated, medians
@@ -177,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args.out.mkdir(parents=True, exist_ok=True)
     no_eos = {str(t): -100.0 for t in PromptFactory(model).end_of_generation}
-    env = {**environment(cfg), "rounds": args.rounds, "model": model.name, "model_mb": round(model.stat().st_size / MB)}
+    env = {**environment(cfg), "rounds": args.rounds}
     setup = setup_ms(model)
     results = []
     for n, (label, server, extra) in alternated(chosen, args.rounds):

@@ -478,8 +478,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     prompts = PromptFactory(cfg.model)
-    env = {**environment(cfg), "drafts": drafts, "rounds": rounds, "model": cfg.model.name,
-           "model_mb": round(cfg.model.stat().st_size / MB)}
+    env = {**environment(cfg), "drafts": drafts, "rounds": rounds}
     by_round = [[bench_server(name, cfg, prompts) for name in (cfg.servers if n % 2 == 0 else cfg.servers[::-1])]
                 for n in range(rounds)]
     runs = median_runs(cfg.servers, by_round)
