@@ -6,8 +6,8 @@ going on after a failure: `backends` lists the device; the load offloads every l
 load-time exactness check; a streamed chat; greedy text alone, beside 3 other requests, again from the prompt cache
 and on a `--prefix-cache off` worker (prompts longer than one prefill chunk); a 2-turn chat, cache on and off. Then
 decode tok/s at 1 and 8 streams and the time of a long prefill, for exact mode, fast mode and llama-server's build
-of the same llama.cpp (`-ngl 999`). Prints one table; writes gpu-check.md, gpu-check.json and the servers' logs
-under --out.
+of the same llama.cpp (`-ngl 999`). Prints one table; writes gpu-check.md, gpu-check.json, the speeds as a summary
+(summary/gpu-check.json, the format of bench/results/summaries/) and the servers' logs under --out.
 
 scripts/gpu-check runs it on a lent GPU machine from a bundle (docs/backends.md, "Checking a GPU"); here it runs
 on Vulkan's lavapipe with --quick (tests/e2e/test_gpu_backends.py).
@@ -37,6 +37,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import LLAMA_SERVER, MB, WORKER, BenchConfig, find_model
 from bench.prompts import PromptFactory
+from bench.report import environment, write_summary
 from bench.servers import running_server
 from bench.throughput import run_level
 
@@ -278,6 +279,23 @@ def report(args: argparse.Namespace, steps: list[Step], perf: list[Perf]) -> str
     return "\n".join(lines)
 
 
+def loan_environment(cfg: BenchConfig, args: argparse.Namespace, steps: list[Step]) -> dict[str, Any]:
+    """The run's environment for its summary, the machine named by its devices (what docs/backends.md's per-loan
+    table lists): one run of each server, the commit from BENCH_COMMIT where the tree came without its history."""
+    devices = [d["description"] for step in steps[:1] for d in step.data.get("devices", [])
+               if d["backend"] == args.backend]
+    env = environment(cfg) | {"rounds": 1}
+    if devices:
+        env["cpu"] = f"{', '.join(devices)} ({args.backend}) on {env['cpu']}"
+    return env
+
+
+def summary_figures(perf: list[Perf]) -> dict[str, dict[str, float | None]]:
+    """Each server's speeds, as docs/backends.md's per-loan table quotes them; a server whose run failed is left out."""
+    return {p.server: {"decode_1_tok_s": p.decode_1, "decode_8_tok_s": p.decode_8, "prefill_ms": p.prefill_ms}
+            for p in perf if not p.error}
+
+
 def _num(value: float | None) -> str:
     return "-" if value is None or value != value else f"{value:.1f}"
 
@@ -330,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / "gpu-check.json").write_text(json.dumps(
         {"backend": args.backend, "model": str(args.model_path), "steps": [dataclasses.asdict(s) for s in check.steps],
          "perf": [dataclasses.asdict(p) for p in perf], "texts": texts}, indent=2, default=str) + "\n")
+    write_summary("gpu-check", loan_environment(cfg, args, check.steps), summary_figures(perf),
+                  directory=args.out / "summary")
     with contextlib.suppress(OSError):
         subprocess.run(["tar", "-czf", str(args.out / "logs.tar.gz"), "-C", str(args.out.resolve()),
                         *[str(p.relative_to(args.out.resolve())) for p in args.out.resolve().rglob("*.log")]],

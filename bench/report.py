@@ -95,6 +95,8 @@ def source_commit() -> str:
     --publish runs rewrite). Taken when a run begins (environment()): an edit made while it runs is not in it."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=BENCH_DIR).stdout.strip()
+    if not commit:  # a copy of the tree without its history (a lent GPU machine): the commit it was sent from
+        return os.environ.get("BENCH_COMMIT", "")
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/worker", ":/bench",
                                  ":/scripts", ":/patches", ":/pyproject.toml", ":!/bench/*.md", ":!/bench/*.png"],
                                 capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip())
@@ -102,18 +104,19 @@ def source_commit() -> str:
 
 
 def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any],
-                  round_ratios: dict[str, Any] | None = None) -> Path:
+                  round_ratios: dict[str, Any] | None = None, directory: Path = SUMMARIES) -> Path:
     """A published run's figures as bench/results/summaries/NAME.json, committed: the date, the commit (and whether
     the tree had changes), the machine and its load, the command, every server's figures, and where a bench gives
     them, each round's ratios to the peer (what a "median of each round's ratio" is taken from). The README's and
-    docs' tables quote these; tests/unit/test_published_figures.py holds them to it."""
+    docs' tables quote these; tests/unit/test_published_figures.py holds them to it. A run on a lent machine writes
+    it into its own output (`directory`), to be committed from there."""
     run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
     summary = {"date": env.get("date"), "commit": env.get("commit") or source_commit(),
                "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),
-               "command": " ".join(["bench/run.py", *sys.argv[1:]]), **run, "servers": figures,
+               "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]), **run, "servers": figures,
                **({"round_ratios": round_ratios} if round_ratios else {})}
-    SUMMARIES.mkdir(parents=True, exist_ok=True)
-    path = SUMMARIES / f"{name}.json"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.json"
     path.write_text(json.dumps(_nan_as_null(summary), indent=1, allow_nan=False) + "\n")
     return path
 

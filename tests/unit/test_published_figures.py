@@ -89,7 +89,7 @@ def test_every_summary_says_when_where_what_and_how():
     for path in names:
         run = json.loads(path.read_text())
         assert re.fullmatch(r"\d{4}-\d\d-\d\d", run["date"]) and re.fullmatch(r"[0-9a-f]{7,}", run["commit"]), path
-        assert run["command"].startswith("bench/run.py ") and run["machine"] and run["servers"], path
+        assert re.match(r"bench/\w+\.py ", run["command"]) and run["machine"] and run["servers"], path
         assert isinstance(run["load_before"], float) and run["rounds"] >= 1, path
 
 
@@ -190,3 +190,44 @@ def test_every_figure_a_patch_header_measured_is_recorded():
         measured = header[header.find("Measured"):] if "Measured" in header else ""
         missing = [figure for figure in FIGURE.findall(measured) if figure not in recorded]
         assert not missing, f"{name}: {missing} are in no section of bench/probes/RESULTS.md"
+
+
+# The GPU loans: docs/backends.md's per-loan table (each loan's raw figures, one run each, the raw results taken
+# off the lent machine in its reports) is the record the README's ranges come from.
+BACKENDS = REPO / "docs" / "backends.md"
+LOAN_COLUMNS = ("llm-worker exact", "llm-worker fast", "llama-server")
+
+
+def gpu_loans() -> list[dict[str, tuple[float | None, ...]]]:
+    """Each loan's row: per server, (1-stream tok/s, 8-stream tok/s, prefill ms or None)."""
+    text = BACKENDS.read_text().split("| loan | commit | " + " | ".join(LOAN_COLUMNS) + " |", 1)[1]
+    loans = []
+    for line in text.splitlines()[2:]:
+        if not line.startswith("|"):
+            break
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        assert re.fullmatch(r"[0-9a-f]{7}", cells[1]), line
+        loans.append({server: tuple(float(n) for n in quoted(cell)) + (None,) * (3 - len(quoted(cell)))
+                      for server, cell in zip(LOAN_COLUMNS, cells[2:])})
+    return loans
+
+
+def loan_ranges(mode: str) -> list[str]:
+    """One mode's ratio ranges to llama-server over the loans, "low-high" each: one stream, 8 streams, the prefill."""
+    ranges = []
+    for figure in range(3):
+        ratios = [loan[mode][figure] / loan["llama-server"][figure] for loan in gpu_loans()
+                  if loan[mode][figure] is not None and loan["llama-server"][figure] is not None]
+        ranges.append(f"{min(ratios):.2f}-{max(ratios):.2f}")
+    return ranges
+
+
+def test_the_gpu_ranges_come_from_every_loan():
+    assert len(gpu_loans()) == 5
+    readme = " ".join((REPO / "README.md").read_text().split("Against llama-server, on five", 1)[1][:500].split())
+    exact, fast = readme.split("fast mode", 1)
+    for mode, said in (("llm-worker exact", exact), ("llm-worker fast", fast)):
+        assert re.findall(r"(\d\.\d\d-\d\.\d\d)x", said)[:3] == loan_ranges(mode), (mode, said)
+    docs = " ".join(BACKENDS.read_text().split("Against llama-server, exact mode:", 1)[1][:300].split())
+    assert re.findall(r"(\d\.\d\d-\d\.\d\d)x", docs)[:6] == loan_ranges("llm-worker exact") + loan_ranges(
+        "llm-worker fast"), docs
