@@ -33,7 +33,7 @@ from bench.config import (
     find_model,
 )
 from bench.report import environment, machine_line, write_report, write_summary
-from bench.rounds import alternated, medians, round_ratios
+from bench.rounds import alternated, each_ratio, medians, round_ratios
 from bench.servers import running_server
 
 RULE = "You are the assistant of a busy harbour office; answer in one sentence and cite the rule. "
@@ -100,7 +100,8 @@ def main(argv: list[str] | None = None) -> int:
                   f"wall time {round_ratios(pairs['burst_wall_s'])}, mean TTFT {round_ratios(pairs['mean_ttft_s'])}"]
     if args.publish:
         write_summary("burst", env, {server: {key: round(value, 2) for key, value in row.items()}
-                                     for server, row in results.items()})
+                                     for server, row in results.items()},
+                      {WORKER: {key: each_ratio(each) for key, each in pairs.items()}})
     write_report("\n".join(lines) + "\n", args.out, "burst.md", "BURST.md" if args.publish else None)
     return 0
 

@@ -337,7 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         publish(text, chart if has_chart else None, args.report, "time to first token per turn")
         figures = {label: {name: round(value, 1) for name, value in row.items()}
                    for label, row in median_rows(results, args.late_from).items()}
-        each_round = {label: {key: [round(value, 3) for value in values] for key, values in each.items()}
+        each_round = {label: {key: [round(value, 4) for value in values] for key, values in each.items()}
                       for label, each in each_rounds_ratio(args, results).items()}
         write_summary(Path(args.report).stem.lower(), env, figures, each_round)
     return 0

@@ -38,7 +38,7 @@ from bench.config import (
     find_model,
 )
 from bench.report import environment, machine_line, write_report, write_summary
-from bench.rounds import alternated, round_ratios
+from bench.rounds import alternated, each_ratio, round_ratios
 from bench.servers import running_server
 
 STEERED = (ZEBRA, PURPLE)  # the tokens the two adapters both servers load raise
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"ratio, their median and range; target >= 0.9x); llm-worker two alternating / one for all "
                   f"{cost:.2f}x (what the turns cost)"]
     if args.publish:
-        write_summary("lora", env, figures)
+        write_summary("lora", env, figures, {WORKER: {"two, alternating tok_s": each_ratio(pairs)}})
     write_report("\n".join(lines) + "\n", args.out, "lora.md", "LORA.md" if args.publish else None)
     return 0
 

@@ -91,14 +91,16 @@ SUMMARIES = BENCH_DIR / "results" / "summaries"
 
 def source_commit() -> str:
     """The commit the figures' code is at, "+changes" where the tree differs from it in what they depend on: the
-    worker, the benches, the build scripts and patches, the pins (not the docs, nor the reports and charts earlier
-    --publish runs rewrite). Taken when a run begins (environment()): an edit made while it runs is not in it."""
+    worker, the benches, the build scripts and patches, the pins (not the docs, nor the reports, charts and
+    summaries earlier --publish runs rewrite). Taken when a run begins (environment()): an edit made while it runs
+    is not in it."""
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=BENCH_DIR).stdout.strip()
     if not commit:  # a copy of the tree without its history (a lent GPU machine): the commit it was sent from
         return os.environ.get("BENCH_COMMIT", "")
     dirty = bool(subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ":/worker", ":/bench",
-                                 ":/scripts", ":/patches", ":/pyproject.toml", ":!/bench/*.md", ":!/bench/*.png"],
+                                 ":/scripts", ":/patches", ":/pyproject.toml", ":!/bench/*.md", ":!/bench/*.png",
+                                 ":!/bench/results"],
                                 capture_output=True, text=True, cwd=BENCH_DIR).stdout.strip())
     return commit + ("+changes" if dirty else "")
 
@@ -111,9 +113,10 @@ def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any],
     docs' tables quote these; tests/unit/test_published_figures.py holds them to it. A run on a lent machine writes
     it into its own output (`directory`), to be committed from there."""
     run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
+    script = Path(sys.argv[0].split()[0]).name  # bench/run.py names its workload in argv[0] too ("run.py chat")
     summary = {"date": env.get("date"), "commit": env.get("commit") or source_commit(),
                "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),
-               "command": " ".join([f"bench/{Path(sys.argv[0]).name}", *sys.argv[1:]]), **run, "servers": figures,
+               "command": " ".join([f"bench/{script}", *sys.argv[1:]]), **run, "servers": figures,
                **({"round_ratios": round_ratios} if round_ratios else {})}
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{name}.json"

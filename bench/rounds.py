@@ -29,6 +29,11 @@ def round_ratios(pairs: list[tuple[float, float]]) -> str:
     return ratios_text([ratio(ours, theirs) for ours, theirs in pairs])
 
 
+def each_ratio(pairs: list[tuple[float, float]]) -> list[float]:
+    """Each round's ours/theirs ratio as a summary keeps it (write_summary's round_ratios)."""
+    return [round(ratio(ours, theirs), 4) for ours, theirs in pairs]
+
+
 def ratios_text(ratios: list[float]) -> str:
     """Rounds' ratios as their median, with their range where there are several."""
     values = sorted(ratios)

@@ -47,3 +47,13 @@ def test_a_tree_without_history_takes_its_commit_from_bench_commit(tmp_path, mon
     monkeypatch.delenv("BENCH_COMMIT")
     assert source_commit() == ""
 
+
+
+def test_a_summary_names_the_command_as_typed(tmp_path, monkeypatch):
+    """bench/run.py hands a workload an argv whose first word names both (`bench/run.py chat`, then `chat`)."""
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"\0" * 4096)
+    monkeypatch.setattr(sys, "argv", ["bench/run.py chat", "chat", "--rounds", "3"])
+    env = loan_environment(config(model, tmp_path), Namespace(backend="cuda"), [])
+    run = json.loads(write_summary("chat", env, {}, directory=tmp_path).read_text())
+    assert run["command"] == "bench/run.py chat --rounds 3"

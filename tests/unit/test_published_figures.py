@@ -7,6 +7,8 @@ from __future__ import annotations
 import functools
 import json
 import re
+import statistics
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,6 +113,35 @@ def test_the_readme_rows_quote_their_runs():
         assert any(quoted(cell) for cell in rows[label]), f"{label} quotes no figure"
 
 
+def ratio_asides(cell: str) -> list[tuple[int, str]]:
+    """Each "(N.NNx)" aside of a cell, with the index of the quoted figure it follows (other asides: none)."""
+    asides, index = [], -1
+    for part in re.finditer(r"\([^)]*\)|\d[\d,]*(?:\.\d+)?", cell):
+        if not part.group().startswith("("):
+            index += 1
+        elif found := re.fullmatch(r"\((\d+\.\d+)x\)", part.group()):
+            asides.append((index, found.group(1)))
+    return asides
+
+
+def test_the_readme_ratios_are_their_runs_ratios():
+    """A ratio beside an llm-worker figure is that figure over llama-server's in the same run, or the median of the
+    run's round ratios for it (where its summary keeps them)."""
+    rows, checked = readme_rows(), 0
+    for label, row in ROWS.items():
+        run, ours_name, theirs_name = summary(row.summary), row.server("llm-worker"), row.server("llama-server")
+        for index, text in ratio_asides(rows[label][0]):
+            path = row.figures[index]
+            ours, theirs = (functools.reduce(dict.__getitem__, path, run["servers"][name])
+                            for name in (ours_name, theirs_name))
+            rounds = run.get("round_ratios", {}).get(ours_name, {})
+            each = rounds.get(path[-1]) or rounds.get(" ".join(path))
+            assert near(text, ours / theirs) or (each and near(text, statistics.median(each))), (
+                f"{label}: README {text}x, run {ours / theirs:.3f}" + (f", rounds {each}" if each else ""))
+            checked += 1
+    assert checked >= 10, checked
+
+
 def test_peer_comparisons_ran_three_alternated_rounds():
     """docs/benchmarks.md's rules: a row that sets llm-worker beside a peer quotes medians of at least 3 rounds."""
     for row in ROWS.values():
@@ -160,18 +191,49 @@ NOT_REACHED = {
         "speculative", ("llm-worker ngram", "copying, 1 stream"), ("llm-worker none", "copying, 1 stream")),
 }
 RATIO = re.compile(r"(\d+\.\d+)x")
+# Rows of "not reached" that quote each round's ratio to llama-server: "M.MMx, rounds L.LL-H.HHx", M their median.
+ROUND_RATIOS = {
+    "a hybrid model's multi-turn chat (LFM2-1.2B's shape): llama-server's wall time": (
+        "chat-hybrid", "llm-worker exact no drafts", "wall s"),
+    "multi-turn chat on Q4_K_M weights: 0.9x llama-server's wall time (met on Q4_1)": (
+        "chat-q4_k_m", "llm-worker exact no drafts", "wall s"),
+    "multi-turn chat on F16 weights: 0.9x llama-server's wall time": (
+        "chat-f16", "llm-worker exact no drafts", "wall s"),
+}
 
 
-def test_the_not_reached_rows_quote_their_runs():
+def not_reached_cells(labels: Iterable[str]) -> dict[str, str]:
     measured = {}
     for line in (REPO / "README.md").read_text().splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if cells[0] in NOT_REACHED:
+        if cells[0] in labels:
             measured[cells[0]] = cells[1]
+    return measured
+
+
+def test_the_not_reached_rows_quote_their_runs():
+    measured = not_reached_cells(NOT_REACHED)
     assert measured.keys() == NOT_REACHED.keys()
     for label, value in NOT_REACHED.items():
         first = RATIO.search(measured[label])
         assert first and same(first.group(1), value()), f"{label}: README {measured[label]!r}, run {value():.3f}"
+
+
+def test_the_not_reached_round_ratios_are_their_runs_rounds():
+    measured = not_reached_cells(ROUND_RATIOS)
+    assert measured.keys() == ROUND_RATIOS.keys()
+    for label, (name, server, figure) in ROUND_RATIOS.items():
+        rounds = summary(name)["round_ratios"][server][figure]
+        found = re.match(r"(\d\.\d\d)x, rounds (\d\.\d\d)-(\d\.\d\d)x", measured[label])
+        assert found and len(rounds) >= 3, f"{label}: {measured[label]!r}, {rounds}"
+        for text, value in zip(found.groups(), (statistics.median(rounds), min(rounds), max(rounds))):
+            assert near(text, value), f"{label}: README {text}, {name} {value:.3f}"
+
+
+def near(text: str, value: float) -> bool:
+    """A ratio as the run's report printed it (2 decimals of the unrounded ratio), against the summary's ratio,
+    which older runs kept to 3 decimals: 1.1349 prints 1.13 and was kept as 1.135."""
+    return abs(float(text) - value) <= 0.005 + 0.0005
 
 
 PATCHES = REPO / "patches" / "llama.cpp"
