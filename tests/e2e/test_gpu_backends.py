@@ -122,6 +122,30 @@ def test_exact_mode_refuses_flash_attention_on_vulkan(tmp_path, model_path, vulk
     assert "--flash-attn on needs the cpu backend" in worker.log()
 
 
+@pytest.mark.slow
+async def test_fast_mode_on_lavapipe_runs_without_flash_attention_and_says_why(http, tmp_path, model_path,
+                                                                             vulkan_build):
+    """Mesa's lavapipe crashes in flash attention over one KV stream per slot (bench/probes/vulkan_streams.py):
+    there fast mode runs without it, says so at startup and on /health, and refuses `--flash-attn on`."""
+    env = {**LAVAPIPE, "LLAMA_CPP_LIB_PATH": str(vulkan_build)}
+    flags = ("--model", str(model_path), "--backend", "vulkan", "--prefix-cache", "fast", "--parallel", "2",
+             "--ctx-size", "2048")
+    worker = start_worker(tmp_path, *flags, env=env, wait=False)
+    try:
+        wait_healthy(worker, timeout=600)
+        async with http.get(worker.url + "/health") as response:
+            exactness = (await response.json())["exactness"]
+        log = worker.log()
+    finally:
+        assert worker.stop() == 0
+    assert exactness["flash_attn"] == "off" and "lavapipe" in exactness["attention_workaround"]
+    said = [json.loads(line) for line in log.splitlines() if '"attention_workaround"' in line]
+    assert [line["level"] for line in said] == ["warning"] and said[0]["reason"] == exactness["attention_workaround"]
+    refused = start_worker(tmp_path, *flags, "--flash-attn", "on", env=env, wait=False)
+    assert refused.process.wait(120) != 0
+    assert "Mesa's lavapipe crashes in flash attention" in refused.log()
+
+
 def _hiding_python(tmp_path: Path, modules: set[str]) -> Path:
     """A python that cannot import `modules` from the venv (as a GPU machine's Python lacks them), only from
     elsewhere: what scripts/gpu-check installs from the bundle's wheels, or the bundle's llama_cpp."""

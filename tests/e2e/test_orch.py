@@ -20,7 +20,7 @@ async def test_health_and_ready(http, base_url):
             assert body["exactness"] == {
                 "prefix_cache": "exact", "library": "batch-invariant", "ggml_batch_invariant": True,
                 "flash_attn": "on", "cache_type_k": "f16", "cache_type_v": "f16",
-                "attention_pinned": True,
+                "attention_pinned": True, "attention_workaround": None,
                 "tiled_mm": True, "repack": True, "decoded_cells_exact": True, "batch_invariant": True,
                 "moved_cells_exact": True, "answers_reused": True, "speculative": "ngram", "drafts_keep_text": True,
                 "memory": "anywhere", "rollback_tokens": 0}

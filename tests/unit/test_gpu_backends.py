@@ -6,10 +6,13 @@ from __future__ import annotations
 import pytest
 
 from worker.backends_report import render
+from worker.engine.exactness.kv_plan import plan_attention
 from worker.engine.modes import CacheMode
-from worker.engine.native.backends import BuildInfo
+from worker.engine.native.backends import BuildInfo, Device
+from worker.engine.native.device_faults import LAVAPIPE_FLASH_ATTN, device_attention
 from worker.engine.startup.guarantee import guarantee
 from worker.engine.startup.load_check import Numerics
+from worker.worker_error import WorkerError
 
 
 @pytest.mark.parametrize(("mode", "numerics", "backend", "rpc", "expected"), [
@@ -48,3 +51,28 @@ def test_backends_says_a_vulkan_build_without_a_driver_has_the_backend(tmp_path)
                      rpc=False, system_info="CPU : AVX2 = 1")
     line = next(line for line in render(info).splitlines() if line.startswith("gpu offload"))
     assert "the build has vulkan but found no device" in line and "GGML_VK_VISIBLE_DEVICES" in line
+
+
+LAVAPIPE = Device(0, "Vulkan0", "llvmpipe (LLVM 15.0.6, 256 bits)", "gpu", "vulkan", 2**33, 2**33)
+H100 = Device(0, "Vulkan0", "NVIDIA H100 80GB HBM3", "gpu", "vulkan", 2**36, 2**36)
+
+
+@pytest.mark.parametrize("flag", ["auto", "on"])
+def test_lavapipe_runs_fast_mode_without_flash_attention_and_says_why(flag):
+    """Mesa's lavapipe crashes in flash attention over one KV stream per slot (docs/backends.md, Vulkan): `auto`
+    turns it off there and says why; `on` is refused with what to set. Other devices keep what was planned."""
+    planned = plan_attention("vulkan", False, CacheMode.FAST, flag, None, None)
+    assert device_attention(planned, H100, flag) == planned and planned.workaround is None
+    if flag == "on":
+        with pytest.raises(WorkerError, match="--flash-attn auto"):
+            device_attention(planned, LAVAPIPE, flag)
+        return
+    ran = device_attention(planned, LAVAPIPE, flag)
+    assert (ran.flash_attn, ran.workaround) == ("off", LAVAPIPE_FLASH_ATTN)
+    assert (ran.cache_type_k, ran.cache_type_v) == (planned.cache_type_k, planned.cache_type_v)
+
+
+def test_exact_mode_on_lavapipe_needs_no_workaround():
+    planned = plan_attention("vulkan", False, CacheMode.EXACT, "auto", None, None)
+    assert planned.flash_attn == "off" and device_attention(planned, LAVAPIPE, "auto") == planned
+    assert device_attention(planned, None, "auto") == planned

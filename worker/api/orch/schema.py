@@ -49,6 +49,7 @@ _HEALTH = {"description": "healthy", **json_body({"type": "object", "properties"
         "library": {"enum": ["default", "batch-invariant", "LLAMA_CPP_LIB_PATH"]},
         "ggml_batch_invariant": {"type": "boolean"}, "flash_attn": {"enum": ["on", "off", "auto"]},
         "cache_type_k": {"type": "string"}, "cache_type_v": {"type": "string"}, "attention_pinned": {"type": "boolean"},
+        "attention_workaround": {"type": ["string", "null"]},
         "tiled_mm": {"type": "boolean"}, "repack": {"type": "boolean"},
         "decoded_cells_exact": {"type": ["boolean", "null"]}, "batch_invariant": {"type": ["boolean", "null"]},
         "moved_cells_exact": {"type": ["boolean", "null"]},

@@ -30,6 +30,7 @@ class Attention:
     cache_type_k: str
     cache_type_v: str
     pinned: bool  # flash attention on, every row through one kernel whatever the batch
+    workaround: str | None = None  # why the device runs it otherwise than planned (native/device_faults.py)
 
 
 def config_attention(config: EngineConfig, head_size: int | None = None, batch_invariant: bool = False) -> Attention:

@@ -18,6 +18,7 @@ from worker.engine.modes import SpecType
 from worker.engine.native import llama_log
 from worker.engine.native.adapters import AdapterSwitch, load_adapters
 from worker.engine.native.backends import ggml, require_backend
+from worker.engine.native.device_faults import device_attention
 from worker.engine.native.memory import MemoryKind, memory_kind, probe, recurrent
 from worker.engine.native.rpc import rpc_devices
 from worker.progress_callback import ProgressFn
@@ -112,7 +113,8 @@ class LlamaModel:
             self.model = self._load_model(path, config, local, offload, progress, self.kernels.repack)
             loaded = load_adapters(self.model, path, config.lora)
             self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self.model)
-            self.attention = config_attention(config, self._head_size_k(), self.kernels.batch_invariant)
+            self.attention = device_attention(
+                config_attention(config, self._head_size_k(), self.kernels.batch_invariant), device, config.flash_attn)
             self.ctx = self._new_context(config)
             self.pooling = (config.pooling or self._gguf_pooling() or "mean") if config.embeddings else None
             self.embedding = self._new_pooled_context(config, POOLING[self.pooling], "embedding",

@@ -21,6 +21,9 @@ class Exactness:
     cache_type_k: str
     cache_type_v: str
     attention_pinned: bool  # flash attention held to one kernel per row whatever the batch (exactness/kv_plan.py)
+    # Why the device runs attention otherwise than the flags planned: a configuration it is known to crash on
+    # (native/device_faults.py); None: as planned.
+    attention_workaround: str | None
     tiled_mm: bool  # ggml's tiled K-quant matmul allowed (exactness/ggml_switches.py)
     repack: bool  # weights repacked for the CPU's GEMM
     # The load-time check (startup/load_check.py), exact mode only, on any backend; None: not measured (another mode).

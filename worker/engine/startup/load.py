@@ -104,6 +104,9 @@ def _say_loaded(served: ServedModel, numerics: Numerics, path: Path, chat_templa
     promise = guarantee(config.prefix_cache, numerics, config.backend, bool(config.rpc_servers))
     quiet = promise.full or config.prefix_cache is CacheMode.FAST
     (log.info if quiet else log.warning)("exactness_guarantee", guarantee=promise.name, holds=promise.holds)
+    if facts.exactness.attention_workaround:
+        log.warning("attention_workaround", reason=facts.exactness.attention_workaround,
+                    fix="flash attention needs another Vulkan device")
     if numerics.batch_invariant is False:
         log.warning("exactness_limited", reason="a row's logits changed with the rows beside it in the load-time "
                     "check: greedy text may depend on what runs beside a request; the prefix cache still reuses "

@@ -16,6 +16,7 @@ def exactness_report(engine: Engine, numerics: Numerics) -> Exactness:
     speculator = engine.steps.speculator
     return Exactness(model.config.prefix_cache.value, loaded_build(), kernels.batch_invariant,
                      attention.flash_attn, attention.cache_type_k, attention.cache_type_v, attention.pinned,
+                     attention.workaround,
                      kernels.tiled_mm, kernels.repack, numerics.decoded_cells_exact, numerics.batch_invariant,
                      numerics.moved_cells_exact,
                      # answers' cells reused: fast mode, or exact where the numerics allow (startup/load_check.py)
