@@ -6,10 +6,11 @@ The GPU check's fast-mode level, without the bench around it (issue: the lavapip
 server's log is SERVER.log in the current folder.
 Run: python bench/probes/vulkan_streams.py llm-worker|llama-server MODEL.gguf [SERVER FLAGS...]
      VULKAN_LIB: the Vulkan build's bin (default: scripts/build-llama-cpp vulkan's cached build, printed by it);
-     PHASES=first,hello (what runs before the 8; default both). On lavapipe (Mesa 22.3): llm-worker in fast mode
-     with flash attention on dies in llama_decode (the fault is in lavapipe's queue thread); with
-     `--flash-attn off` it runs through, as llama-server does with `--no-kv-unified -fa on`
-     (bench/probes/RESULTS.md, "Vulkan on lavapipe: 8 streams").
+     PHASES=first,hello (what runs before the 8; default both); UNGUARDED=1: the worker without its lavapipe rule
+     (worker/engine/native/device_faults.py), so `--flash-attn on` runs there. On lavapipe (Mesa 22.3), unguarded,
+     llm-worker in fast mode with flash attention on dies in llama_decode (the fault is in lavapipe's queue thread);
+     with `--flash-attn off` it runs through, as llama-server does with `--no-kv-unified -fa on`, and as it does on
+     Mesa 25.0.7's lavapipe (bench/probes/RESULTS.md, "Vulkan on lavapipe: 8 streams").
 """
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ import aiohttp
 REPO = Path(__file__).resolve().parents[2]
 WORDS = "the river of a city runs past old stone bridges and green parks where people walk".split()
 PORT = 8197
+# The worker's command line with the lavapipe rule taken out: the model keeps the attention it planned.
+UNGUARDED = ("import worker.engine.native.model as model; model.device_attention = lambda attention, *_: attention; "
+             "from worker.cli import main; main()")
 
 
 def vulkan_lib() -> str:
@@ -38,7 +42,8 @@ def server_command(kind: str, model: str, lib: str, flags: list[str]) -> list[st
     if kind == "llama-server":
         return [f"{lib}/llama-server", "-m", model, "--port", str(PORT), "-np", "8", "-c", "16384", "-t", "2",
                 "-ngl", "999", *flags]
-    return [sys.executable, "-m", "worker", "serve", "--model", model, "--port", str(PORT), "--parallel", "8",
+    entry = ["-c", UNGUARDED] if os.environ.get("UNGUARDED") else ["-m", "worker"]
+    return [sys.executable, *entry, "serve", "--model", model, "--port", str(PORT), "--parallel", "8",
             "--ctx-size", "16384", "--threads", "2", "--backend", "vulkan", "--prefix-cache", "fast", *flags]
 
 
