@@ -2,7 +2,9 @@
 /health (docs/backends.md, "Vulkan"). Mesa's lavapipe (22.3, Debian 12's) faults in its own queue thread while
 flash attention runs over one KV stream per slot, with fast mode's prompts admitted beside each other's decode
 rows: the process dies in llama_decode, every stream with it (bench/probes/vulkan_streams.py reproduces it in
-about five minutes; with flash attention off, and under llama-server's calls, the same requests run through)."""
+about five minutes; with flash attention off, and under llama-server's calls, the same requests run through).
+A Mesa bug: ggml's calls pass the Khronos validation layer, and Mesa 25.0.7's lavapipe runs the same requests
+through. ggml's description of the device does not say Mesa's version, so the rule holds for every lavapipe."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from worker.worker_error import WorkerError
 
 LAVAPIPE = "llvmpipe"  # how Mesa's software Vulkan device (lavapipe) describes itself
 LAVAPIPE_FLASH_ATTN = ("flash attention off: Mesa's lavapipe crashes in flash attention over one KV stream per slot "
-                       "(docs/backends.md, Vulkan)")
+                       "(Mesa 22.3; 25.0.7 does not, but the device does not say its version: docs/backends.md, "
+                       "Vulkan)")
 
 
 def device_attention(attention: Attention, device: Device | None, flash_attn_flag: str) -> Attention:
@@ -24,6 +27,6 @@ def device_attention(attention: Attention, device: Device | None, flash_attn_fla
         return attention
     if flash_attn_flag == "on":
         raise WorkerError(f"--flash-attn on on {device.description}: Mesa's lavapipe crashes in flash attention "
-                          "over one KV stream per slot (docs/backends.md, Vulkan); use --flash-attn auto, which "
-                          "turns it off on this device, or another Vulkan device")
+                          "over one KV stream per slot (Mesa 22.3; docs/backends.md, Vulkan); use --flash-attn "
+                          "auto, which turns it off on this device, or another Vulkan device")
     return replace(attention, flash_attn="off", workaround=LAVAPIPE_FLASH_ATTN)
