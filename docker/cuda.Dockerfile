@@ -14,7 +14,8 @@ ARG CUDA_VERSION=13.0
 ARG CUDA_ARCHITECTURES=90-real
 WORKDIR /src
 # First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
-COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/install-cuda-toolkit scripts/cuda-cmake-args scripts/
+COPY scripts/install-system-deps scripts/install-llama-cpp-libs scripts/build-llama-cpp scripts/install-cuda-toolkit \
+     scripts/cuda-cmake-args scripts/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
 COPY worker/__init__.py worker/worker_error.py worker/build_presets.py CMakePresets.json worker/
@@ -25,9 +26,11 @@ RUN --mount=type=secret,id=pip_cert \
     scripts/install-cuda-toolkit ${CUDA_VERSION} /usr/local/cuda
 ENV PATH=/usr/local/cuda/bin:$PATH
 # The build machine needs no GPU and no driver (scripts/cuda-cmake-args); cuBLAS comes from its wheel.
+# llama.cpp is built by the script and with the flags scripts/gpu-bundle uses for a lent GPU (scripts/build-llama-cpp),
+# so the GPU check's figures are this image's; llama-cpp-python's Python side runs on those libraries.
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker \
+    CUDA_ARCHITECTURES="${CUDA_ARCHITECTURES}" scripts/install-llama-cpp-libs ${PRESET} /opt/llm-worker \
     && scripts/install-cuda-toolkit --runtime /opt/llm-worker
 COPY . .
 RUN --mount=type=secret,id=pip_cert \

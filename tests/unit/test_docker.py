@@ -1,6 +1,8 @@
 """The Dockerfiles: every one lints clean and keeps the contract; no script copies the presets' flags."""
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -45,9 +47,54 @@ def test_dockerfile_keeps_the_contract(backend):
     assert "GGML_" not in text and "CMAKE_ARGS" not in text
     preset = re.search(r"^ARG PRESET=(\S+)$", text, re.M).group(1)
     assert preset == backend and preset in load_presets()
-    for step in ("install-system-deps build ${PRESET}", "install-llama-cpp-python ${PRESET} /opt/llm-worker",
+    # cuda: llama.cpp as scripts/gpu-bundle builds it (test_cuda_image_builds_llama_cpp_as_the_gpu_check_does)
+    installer = "install-llama-cpp-libs" if backend == "cuda" else "install-llama-cpp-python"
+    for step in ("install-system-deps build ${PRESET}", f"{installer} ${{PRESET}} /opt/llm-worker",
                  "install-worker /opt/llm-worker", "install-system-deps run ${PRESET}"):
         assert f"scripts/{step}" in text
+
+
+def build_call(script: str, args: list[str], env: dict[str, str], tmp_path: Path) -> list[str]:
+    """What SCRIPT (a copy, beside a stand-in for scripts/build-llama-cpp) asks build-llama-cpp for: its
+    arguments and the variables that make its flags, as the stand-in records them before stopping the script."""
+    scripts = tmp_path / script / "scripts"
+    scripts.mkdir(parents=True)
+    shutil.copy(REPO / "scripts" / script, scripts / script)
+    shutil.copy(REPO / "pyproject.toml", scripts.parent / "pyproject.toml")
+    record = tmp_path / script / "build-call"
+    stand_in = scripts / "build-llama-cpp"
+    stand_in.write_text(f'#!/bin/sh\necho "$* CUDA_ARCHITECTURES=${{CUDA_ARCHITECTURES:-}} '
+                        f'CMAKE_ARGS=${{CMAKE_ARGS:-}}" > {record}\nexit 1\n')
+    stand_in.chmod(0o755)
+    clean = {key: value for key, value in os.environ.items() if key not in ("CUDA_ARCHITECTURES", "CMAKE_ARGS")}
+    subprocess.run([str(scripts / script), *args], env={**clean, **env}, capture_output=True, cwd=tmp_path)
+    return record.read_text().split()
+
+
+def test_cuda_image_builds_llama_cpp_as_the_gpu_check_does(tmp_path):
+    """The image's libraries are the ones a GPU check runs: one script (build-llama-cpp), one preset, one set of
+    flags (the image's default architectures are the bundle's), so a check on a lent GPU speaks for the image."""
+    text = dockerfile("cuda")
+    architectures = re.search(r"^ARG CUDA_ARCHITECTURES=(\S+)$", text, re.M).group(1)
+    run = re.search(r'CUDA_ARCHITECTURES="\$\{CUDA_ARCHITECTURES\}" scripts/install-llama-cpp-libs '
+                    r"\$\{PRESET\} /opt/llm-worker", text)
+    assert run, "the image builds llama.cpp through scripts/install-llama-cpp-libs with its architectures"
+    venv = tmp_path / "venv" / "bin"
+    venv.mkdir(parents=True)
+    for tool in ("pip", "python"):
+        (venv / tool).write_text("#!/bin/sh\n")
+        (venv / tool).chmod(0o755)
+    image = build_call("install-llama-cpp-libs", ["cuda", str(venv.parent)], {"CUDA_ARCHITECTURES": architectures},
+                       tmp_path)
+    bundle = build_call("gpu-bundle", [str(tmp_path / "bundle")], {"MODEL": "model.gguf", "PYTHON": sys.executable},
+                        tmp_path)
+    # Preset, targets (the bundle adds llama-server; targets are not part of the flags), flag variables.
+    (image_preset, *image_targets, image_cuda, image_cmake) = image
+    (bundle_preset, *bundle_targets, bundle_cuda, bundle_cmake) = bundle
+    assert image_preset == bundle_preset == "cuda"
+    assert "llama" in image_targets and "llama" in bundle_targets
+    assert image_cuda == bundle_cuda == f"CUDA_ARCHITECTURES={architectures}"
+    assert image_cmake == bundle_cmake == "CMAKE_ARGS="
 
 
 def test_no_script_copies_the_preset_flags():
