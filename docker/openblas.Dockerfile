@@ -18,10 +18,13 @@ RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
     scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
 # Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp), into the venv: the worker
-# loads it in exact and off modes for every weight type (worker/engine/exactness/build_choice.py).
+# loads it in exact and off modes for every weight type (worker/engine/exactness/build_choice.py). Built with the
+# cpu preset, without OpenBLAS: ggml hands BLAS the matrix products of 32 rows or more, so a prompt's rows would
+# be summed in another order than the same rows decoded or prefilled in a smaller batch (the image answered a
+# cached prompt with other text than the cold one). OpenBLAS serves fast mode's prefill.
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    scripts/install-batch-invariant ${PRESET} /opt/llm-worker
+    scripts/install-batch-invariant cpu /opt/llm-worker
 COPY . .
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
