@@ -10,15 +10,18 @@ FROM ${BASE_IMAGE} AS builder
 ARG PRESET=vulkan
 WORKDIR /src
 # First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
-COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/vulkan-cmake-args scripts/
+COPY scripts/install-system-deps scripts/install-llama-cpp-libs scripts/build-llama-cpp scripts/vulkan-cmake-args \
+     scripts/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
 COPY worker/__init__.py worker/worker_error.py worker/build_presets.py CMakePresets.json worker/
 RUN scripts/install-system-deps build ${PRESET}
 # The host's CA bundle, when pip must trust a re-signing proxy: a secret, so no layer keeps it.
+# llama.cpp built as the GPU check's bundle builds it (scripts/build-llama-cpp; PRESET=vulkan scripts/gpu-bundle
+# rehearses the check on lavapipe), llama-cpp-python's Python side on those libraries.
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
+    scripts/install-llama-cpp-libs ${PRESET} /opt/llm-worker
 COPY . .
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \

@@ -47,8 +47,8 @@ def test_dockerfile_keeps_the_contract(backend):
     assert "GGML_" not in text and "CMAKE_ARGS" not in text
     preset = re.search(r"^ARG PRESET=(\S+)$", text, re.M).group(1)
     assert preset == backend and preset in load_presets()
-    # cuda: llama.cpp as scripts/gpu-bundle builds it (test_cuda_image_builds_llama_cpp_as_the_gpu_check_does)
-    installer = "install-llama-cpp-libs" if backend == "cuda" else "install-llama-cpp-python"
+    # GPU images: llama.cpp as scripts/gpu-bundle builds it (test_cuda_image_builds_llama_cpp_as_the_gpu_check_does)
+    installer = "install-llama-cpp-libs" if backend in ("cuda", "vulkan") else "install-llama-cpp-python"
     for step in ("install-system-deps build ${PRESET}", f"{installer} ${{PRESET}} /opt/llm-worker",
                  "install-worker /opt/llm-worker", "install-system-deps run ${PRESET}"):
         assert f"scripts/{step}" in text
