@@ -2,7 +2,6 @@
 outside Docker."""
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -13,25 +12,8 @@ import aiohttp
 import pytest
 
 from tests.conftest import REPO, free_port
+from tests.docker_helpers import DOCKER, build_image, docker_available
 from tests.helpers import openai_once, openai_stream
-
-DOCKER = os.environ.get("DOCKER", "docker")  # a client that can use BuildKit (RUN --mount)
-
-
-def _docker_available() -> bool:
-    if not shutil.which(DOCKER):
-        return False
-    return subprocess.run([DOCKER, "info"], capture_output=True).returncode == 0
-
-
-def _build_args() -> list[str]:
-    """LLM_WORKER_BASE_IMAGE: a local base where no registry is reachable; PIP_CERT: a re-signing proxy's CA."""
-    args = []
-    if base := os.environ.get("LLM_WORKER_BASE_IMAGE"):
-        args += ["--build-arg", f"BASE_IMAGE={base}"]
-    if cert := os.environ.get("PIP_CERT"):
-        args += ["--secret", f"id=pip_cert,src={cert}"]
-    return args
 
 
 # Each image serving: what `llm-worker backends` lists, and the guarantee exact mode says it holds at startup
@@ -50,13 +32,6 @@ IMAGES = {"cpu": Image("cpu", "bitwise"), "openblas": Image("cpu", "bitwise", bl
           "vulkan": Image("vulkan", "measured", env=(("GGML_VK_VISIBLE_DEVICES", "0"),))}
 
 
-def build_image(name: str) -> str:
-    tag = f"llm-worker:{name}-test"
-    subprocess.run([DOCKER, "build", "-f", f"docker/{name}.Dockerfile", "-t", tag, *_build_args(), "."],
-                   cwd=REPO, check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=3600)
-    return tag
-
-
 def wait_healthy_container(container: str, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     while True:
@@ -70,7 +45,7 @@ def wait_healthy_container(container: str, timeout: float) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not _docker_available(), reason="no container engine answers here (docker info failed)")
+@pytest.mark.skipif(not docker_available(), reason="no container engine answers here (docker info failed)")
 @pytest.mark.parametrize("name", list(IMAGES))
 async def test_image_builds_and_serves(name, model_path, tmp_path):
     image = IMAGES[name]

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, start_worker, wait_healthy
+from tests.docker_helpers import DOCKER, build_image, docker_available
 from tests.helpers import openai_once, openai_stream
 
 MIB = 2**20
@@ -275,24 +276,14 @@ def test_cuda_bundle_fits_two_calls(tmp_path, cuda_build):
 
 # --- slow: the cuda and vulkan Docker images ----------------------------------------------------------------
 
-DOCKER = os.environ.get("DOCKER", "docker")  # a client that can use BuildKit (RUN --mount), as tests/test_docker.py
-
-
-def _docker_available() -> bool:
-    return bool(shutil.which(DOCKER)) and subprocess.run([DOCKER, "info"], capture_output=True).returncode == 0
-
-
 @pytest.mark.slow
-@pytest.mark.skipif(not _docker_available(), reason="no container engine answers here (docker info failed)")
+@pytest.mark.skipif(not docker_available(), reason="no container engine answers here (docker info failed)")
 @pytest.mark.parametrize("backend", ["cuda", "vulkan"])
 def test_gpu_image_builds_and_lists_its_backend(backend):
     """Built without a GPU or a registry (LLM_WORKER_BASE_IMAGE: docker/base-image.sh's base; PIP_CERT: a re-signing
     proxy's CA, as for the cpu image); inside, llama.cpp has the backend and every library it needs resolves."""
-    tag = f"llm-worker:{backend}-test"
-    args = [*(["--build-arg", f"BASE_IMAGE={base}"] if (base := os.environ.get("LLM_WORKER_BASE_IMAGE")) else []),
-            *(["--secret", f"id=pip_cert,src={cert}"] if (cert := os.environ.get("PIP_CERT")) else [])]
-    subprocess.run([DOCKER, "build", "-f", f"docker/{backend}.Dockerfile", "-t", tag, *args, "."], cwd=REPO,
-                   check=True, env={**os.environ, "DOCKER_BUILDKIT": "1"}, timeout=4 * 3600)
+    tag = build_image(backend, timeout=4 * 3600)
+
     def backends(*flags: str) -> str:
         return subprocess.run([DOCKER, "run", "--rm", *(f"--env={k}={v}" for k, v in LAVAPIPE.items()),
                                "--entrypoint", "llm-worker", tag, "backends", *flags],
