@@ -15,19 +15,26 @@ PORT ?= 8080
 
 .PHONY: serve test test-unit test-slow test-builds test-gpu install lint
 
-# llama-cpp-python compiles llama.cpp on first install (minutes); pip caches the wheel after.
+# llama.cpp is compiled once, by scripts/build-llama-cpp, with our patches (patches/llama.cpp: batch-invariant CPU
+# kernels behind GGML_CPU_BATCH_INVARIANT, off unless set) and this machine's CPU features (cpu-native), cached in
+# ~/.cache/llm-worker/llama.cpp per flags and patches. scripts/install-llama-cpp-libs installs llama-cpp-python's
+# Python side alone (its own compile off) and puts the libraries in its llama_cpp/lib, before pip sees llm-worker's
+# pin, which it then finds met. Fast mode loads them there; exact and off modes load the copy in
+# $(VENV)/lib/llm-worker/batch-invariant with the switch on (worker/engine/exactness/build_choice.py): the same build,
+# kept apart so that `llm-worker build-backend` can replace llama_cpp/lib with a GPU build. libmtmd (images) comes
+# with them, as it must call the libllama loaded. The target is libmtmd: an install from before images had none.
+PATCHES := $(wildcard patches/llama.cpp/*.patch)
+LLAMA_CPP := LLAMA_CPP_PATCHES=$(CURDIR)/patches/llama.cpp scripts/install-llama-cpp-libs cpu-native $(VENV)
 $(BIN)/llm-worker: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(LLAMA_CPP)
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	touch $@
 
-# Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp: batch-invariant CPU kernels behind
-# GGML_CPU_BATCH_INVARIANT), loaded for every weight type in exact and off modes (worker/engine/exactness/build_choice.py):
-# libllama, ggml and libmtmd (images: it must call the libllama loaded), cached in ~/.cache/llm-worker/llama.cpp per
-# flags and patches. The target is libmtmd: an install from before images had none, and is rebuilt.
 BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
-$(BATCH_INVARIANT)/libmtmd.so: $(BIN)/llm-worker $(wildcard patches/llama.cpp/*.patch)
+$(BATCH_INVARIANT)/libmtmd.so: $(BIN)/llm-worker $(PATCHES)
+	$(LLAMA_CPP)
 	scripts/install-batch-invariant cpu-native $(VENV)
 
 install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libmtmd.so

@@ -7,7 +7,7 @@ FROM ${BASE_IMAGE} AS builder
 ARG PRESET=cpu
 WORKDIR /src
 # First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
-COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/build-llama-cpp scripts/install-batch-invariant scripts/
+COPY scripts/install-system-deps scripts/install-llama-cpp-libs scripts/build-llama-cpp scripts/install-batch-invariant scripts/
 COPY patches/llama.cpp patches/llama.cpp/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
@@ -15,14 +15,13 @@ COPY worker/__init__.py worker/worker_error.py worker/build_presets.py CMakePres
 RUN scripts/install-system-deps build ${PRESET}
 # The host's CA bundle, when pip must trust a re-signing proxy: a secret, so no layer keeps it
 # (docker build --secret id=pip_cert,src=/etc/ssl/certs/ca-certificates.crt).
+# llama.cpp compiled once, with our patches (patches/llama.cpp), as make install does: its libraries under
+# llama-cpp-python's Python side (its own compile off), and the same build's copy where exact and off modes load it
+# with the batch-invariant switch on (worker/engine/exactness/build_choice.py); the second script compiles nothing.
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
-# Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp), into the venv: the worker
-# loads it in exact and off modes for every weight type (worker/engine/exactness/build_choice.py).
-RUN --mount=type=secret,id=pip_cert \
-    if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    scripts/install-batch-invariant ${PRESET} /opt/llm-worker
+    LLAMA_CPP_PATCHES=/src/patches/llama.cpp scripts/install-llama-cpp-libs ${PRESET} /opt/llm-worker \
+    && scripts/install-batch-invariant ${PRESET} /opt/llm-worker
 COPY . .
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \

@@ -7,17 +7,19 @@ FROM ${BASE_IMAGE} AS builder
 ARG PRESET=openblas
 WORKDIR /src
 # First only what the llama.cpp compile needs: its slow layer then survives edits to the rest.
-COPY scripts/install-system-deps scripts/install-llama-cpp-python scripts/build-llama-cpp scripts/install-batch-invariant scripts/
+COPY scripts/install-system-deps scripts/install-llama-cpp-libs scripts/build-llama-cpp scripts/install-batch-invariant scripts/
 COPY patches/llama.cpp patches/llama.cpp/
 COPY CMakePresets.json pyproject.toml ./
 # worker/CMakePresets.json is a link to the top-level file: copy the file itself there.
 COPY worker/__init__.py worker/worker_error.py worker/build_presets.py CMakePresets.json worker/
 RUN scripts/install-system-deps build ${PRESET}
 # The host's CA bundle, when pip must trust a re-signing proxy: a secret, so no layer keeps it.
+# llama.cpp with OpenBLAS and our patches (patches/llama.cpp), under llama-cpp-python's Python side (its own
+# compile off): fast mode's library.
 RUN --mount=type=secret,id=pip_cert \
     if [ -s /run/secrets/pip_cert ]; then export PIP_CERT=/run/secrets/pip_cert; fi; \
-    scripts/install-llama-cpp-python ${PRESET} /opt/llm-worker
-# Exact mode's build of the same llama.cpp with our patches (patches/llama.cpp), into the venv: the worker
+    LLAMA_CPP_PATCHES=/src/patches/llama.cpp scripts/install-llama-cpp-libs ${PRESET} /opt/llm-worker
+# Exact mode's build of the same patched llama.cpp, into the venv: the worker
 # loads it in exact and off modes for every weight type (worker/engine/exactness/build_choice.py). Built with the
 # cpu preset, without OpenBLAS: ggml hands BLAS the matrix products of 32 rows or more, so a prompt's rows would
 # be summed in another order than the same rows decoded or prefilled in a smaller batch (the image answered a

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from worker.build_presets import load_presets
-from worker.engine import ASSISTING_BACKENDS, BATCH_INVARIANT_DIR, BuildInfo, batch_invariant_installed
+from worker.engine import ASSISTING_BACKENDS, BATCH_INVARIANT_DIR, BuildInfo, batch_invariant_installed, build_origin
 
 GIB = 1024 ** 3
 # libggml-*.so that are not a GPU backend.
@@ -21,6 +21,7 @@ def _yes_no(flag: bool, yes: str, no: str) -> str:
 def render(info: BuildInfo) -> str:
     rows = [
         ("llama.cpp", f"llama-cpp-python {info.version}, libraries in {info.library_path}"),
+        ("built by", build_origin(info.library_path)),
         ("gpu offload", _yes_no(info.gpu_offload,
                                 "--n-gpu-layers defaults to all layers on a GPU backend or with --rpc",
                                 _why_no_offload(info))),
@@ -61,6 +62,6 @@ def _why_no_offload(info: BuildInfo) -> str:
 
 def as_json(info: BuildInfo) -> str:
     data = dataclasses.asdict(info)
-    data.update(servable=list(info.servable), blas=info.blas,
+    data.update(servable=list(info.servable), blas=info.blas, built_by=build_origin(info.library_path),
                 batch_invariant=str(BATCH_INVARIANT_DIR) if batch_invariant_installed() else None)
     return json.dumps(data, indent=2)

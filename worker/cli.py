@@ -351,17 +351,19 @@ def backends(as_json: bool) -> None:
 
 @cli.command("build-backend", short_help="Recompile llama.cpp for a backend or build preset.")
 @click.argument("presets", nargs=-1, required=True)
-@click.option("--dry-run", is_flag=True, help="Print the pip command instead of running it.")
+@click.option("--dry-run", is_flag=True, help="Print the build command instead of running it.")
 @_log_format
 @_log_level
 def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | None, log_level: str) -> None:
-    """Recompile llama-cpp-python for PRESETS from CMakePresets.json, into this Python.
+    """Recompile llama.cpp for PRESETS from CMakePresets.json, into this Python.
 
     Presets: cpu, cpu-native, openblas, cuda, metal, vulkan, and rpc, which adds to
-    the ones before it. It reinstalls llama-cpp-python from source with the presets'
-    flags in CMAKE_ARGS (yours appended: they win), bypassing pip's wheel cache, which
-    would otherwise hand back a wheel built with other flags. Minutes on a CPU;
-    CMAKE_BUILD_PARALLEL_LEVEL sets the compile jobs.
+    the ones before it; your CMAKE_ARGS are appended (they win). From a checkout it
+    runs make install's scripts/install-llama-cpp-libs: llama.cpp with our patches,
+    compiled once per flags (cached in ~/.cache/llm-worker/llama.cpp), its libraries
+    put in llama-cpp-python's llama_cpp/lib; exact mode's batch-invariant build stays
+    as make install left it. Installed from a wheel, it reinstalls llama-cpp-python
+    from source instead, bypassing pip's wheel cache. Minutes on a CPU.
 
     \b
     Examples:
@@ -374,7 +376,7 @@ def build_backend(presets: tuple[str, ...], dry_run: bool, log_format: str | Non
 
     chosen, extra = variant(presets), os.environ.get("CMAKE_ARGS", "")
     if dry_run:
-        click.echo(builder.pip_build(chosen, extra_cmake_args=extra).shell())
+        click.echo(builder.build_command(chosen, extra_cmake_args=extra).shell())
         return
     configure_logs(log_format, log_level)
     builder.build(chosen, extra_cmake_args=extra)

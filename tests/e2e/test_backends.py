@@ -1,28 +1,19 @@
-"""Build variants: `build-backend` hands each preset's flags to pip; `backends` describes this CPU build."""
+"""Build variants: `build-backend` runs make install's build for a preset; `backends` describes this CPU build."""
 
 import json
+import sys
 
-import pytest
-
+from tests.conftest import REPO
 from tests.e2e.test_cli import one_line_failure, run_cli
-from tests.helpers import EXPECTED_CMAKE_ARGS
 
 
-@pytest.mark.parametrize("preset", sorted(EXPECTED_CMAKE_ARGS))
-def test_build_backend_passes_the_preset_flags_and_bypasses_the_wheel_cache(preset):
-    result = run_cli("build-backend", preset, "--dry-run")
-    assert result.returncode == 0, result.stderr
-    command = result.stdout.strip()
-    flags = " ".join(EXPECTED_CMAKE_ARGS[preset])
-    assert command.startswith(f"CMAKE_ARGS={flags} " if " " not in flags else f"CMAKE_ARGS='{flags}' ")
-    for arg in ("-m pip install", "--no-cache-dir", "--force-reinstall", "--no-binary llama-cpp-python",
-                "llama-cpp-python==0.3.36"):
-        assert arg in command
-
-
-def test_build_backend_appends_the_users_cmake_args():
+def test_build_backend_runs_make_installs_build_with_the_users_cmake_args():
+    # From this checkout: scripts/install-llama-cpp-libs with our patches (tests/unit/test_build_backend.py).
     result = run_cli("build-backend", "cuda", "--dry-run", env={"CMAKE_ARGS": "-DCMAKE_CUDA_ARCHITECTURES=89"})
-    assert result.stdout.startswith("CMAKE_ARGS='-DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=89' ")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (f"LLAMA_CPP_PATCHES={REPO}/patches/llama.cpp "
+                                     "CMAKE_ARGS=-DCMAKE_CUDA_ARCHITECTURES=89 "
+                                     f"{REPO}/scripts/install-llama-cpp-libs cuda {sys.prefix}")
 
 
 def test_build_backend_refuses_an_unknown_preset():
@@ -37,6 +28,8 @@ def test_backends_describes_this_cpu_build():
     assert rows["gpu offload"].startswith("no (layers stay on the CPU")
     assert rows["rpc"].startswith("no (") and rows["blas"].startswith("no (")
     assert rows["exact mode"].startswith("yes (the batch-invariant build in ")  # make install built it
+    # make install compiled llama.cpp once, with our patches, and no pip compile beside it.
+    assert rows["built by"].startswith("scripts/build-llama-cpp, preset cpu-native, our patches (set "), rows
     out = run_cli("backends").stdout
     assert "\n  cpu:CPU  cpu  " in out  # the CPU device, with its description and memory
     assert "cpu features: " in out and "OPENMP = 1" in out
@@ -51,6 +44,7 @@ def test_backends_json():
     assert [(d["backend"], d["kind"]) for d in info["devices"]] == [("cpu", "cpu")]
     assert info["devices"][0]["memory_total"] > 0
     assert info["batch_invariant"].endswith("lib/llm-worker/batch-invariant")
+    assert info["built_by"] == run_cli("backends").stdout.split("built by", 1)[1].splitlines()[0].strip()
 
 
 def test_rpc_on_a_build_without_rpc_is_one_line():

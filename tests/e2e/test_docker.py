@@ -87,6 +87,9 @@ async def test_image_builds_and_serves(name, model_path, tmp_path):
         info = json.loads(subprocess.run([DOCKER, "exec", container, "llm-worker", "backends", "--json"],
                                          capture_output=True, text=True, check=True).stdout)
         assert image.backend in info["backends"] and info["blas"] is image.blas, info
+        # llama.cpp compiled once, by our script (with our patches in the CPU images), no pip compile beside it.
+        assert info["built_by"].startswith(f"scripts/build-llama-cpp, preset {name}, "), info["built_by"]
+        assert ("our patches" in info["built_by"]) is (image.guarantee == "bitwise"), info["built_by"]
         if image.guarantee == "bitwise":
             # Exact mode's batch-invariant build is in the image, and loads there (without the builder's cache).
             assert info["batch_invariant"] == "/opt/llm-worker/lib/llm-worker/batch-invariant"
@@ -109,6 +112,9 @@ def test_build_venv_script_outside_docker(tmp_path):
     info = json.loads(subprocess.run([str(venv / "bin" / "llm-worker"), "backends", "--json"],
                                      capture_output=True, text=True, check=True).stdout)
     assert info["backends"] == ["cpu"]
+    # One compile, with our patches, for fast mode's library and exact mode's copy of it.
+    assert info["built_by"].startswith("scripts/build-llama-cpp, preset cpu, our patches (set "), info["built_by"]
+    assert info["batch_invariant"] == str(venv / "lib" / "llm-worker" / "batch-invariant")
     # GGML_NATIVE=OFF: ggml's portable build, not tuned to the build machine's newest extensions.
     # A CPU without any of them would build the same either way: there the check cannot fail.
     native_only = beyond_portable_extensions()

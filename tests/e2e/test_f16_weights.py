@@ -11,8 +11,8 @@ import json
 from tests.e2e.test_prefix_cache import conversations_beside_off
 
 
-def loaded(log: str) -> dict:
-    return next(json.loads(line) for line in log.splitlines() if '"model_loaded"' in line)
+def loaded(log: str, event: str = "model_loaded") -> dict:
+    return next(json.loads(line) for line in log.splitlines() if f'"{event}"' in line)
 
 
 async def test_f16_weights_reuse_answers_side_by_side_and_equal_off(http, quantized, tmp_path):
@@ -22,3 +22,7 @@ async def test_f16_weights_reuse_answers_side_by_side_and_equal_off(http, quanti
     assert side.exactness | expected == side.exactness, side.exactness
     assert loaded(side.exact.log())["library"] == "batch-invariant"
     assert loaded(side.off.log())["library"] == "batch-invariant"
+    # The startup line says whose build that is: make install's one compile, with our patches.
+    chosen = loaded(side.exact.log(), "library_chosen")
+    assert chosen["path"].endswith("lib/llm-worker/batch-invariant"), chosen
+    assert chosen["built_by"].startswith("scripts/build-llama-cpp, preset cpu-native, our patches (set "), chosen

@@ -59,6 +59,10 @@ def test_patches_that_change_the_same_lines_build_again_from_the_cache(cache, tm
     [source] = _patched_sources(cache)
     assert (source / "src" / "step.c").read_text() == "int step = 3;\n"
     assert run.stdout.strip().splitlines()[-1] == str(source).removesuffix("-src") + "/bin"
+    # Its record, copied with the libraries: the preset and the patch set (the hash in the build's name).
+    record = (Path(str(source).removesuffix("-src")) / "bin" / "llm-worker-build").read_text().splitlines()
+    assert record[:2] == ["presets=cpu-native", f"patches={str(source).removesuffix('-src').rsplit('-', 1)[1]}"]
+    assert record[2].startswith("flags=-DGGML_NATIVE=ON")
     vendored = cache / f"llama_cpp_python-{VERSION}" / "vendor" / "llama.cpp" / "src" / "step.c"
     assert vendored.read_text() == SOURCE  # never patched in place
 

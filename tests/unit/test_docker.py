@@ -47,9 +47,12 @@ def test_dockerfile_keeps_the_contract(backend):
     assert "GGML_" not in text and "CMAKE_ARGS" not in text
     preset = re.search(r"^ARG PRESET=(\S+)$", text, re.M).group(1)
     assert preset == backend and preset in load_presets()
-    # GPU images: llama.cpp as scripts/gpu-bundle builds it (test_cuda_image_builds_llama_cpp_as_the_gpu_check_does)
-    installer = "install-llama-cpp-libs" if backend in ("cuda", "vulkan") else "install-llama-cpp-python"
-    for step in ("install-system-deps build ${PRESET}", f"{installer} ${{PRESET}} /opt/llm-worker",
+    # llama.cpp compiled once, by scripts/build-llama-cpp; GPU images as scripts/gpu-bundle builds it
+    # (test_cuda_image_builds_llama_cpp_as_the_gpu_check_does), CPU images with our patches as make install does.
+    if backend in ("cpu", "openblas"):
+        assert "LLAMA_CPP_PATCHES=/src/patches/llama.cpp scripts/install-llama-cpp-libs ${PRESET}" in text
+        assert "install-batch-invariant" in text and "pip install" not in text
+    for step in ("install-system-deps build ${PRESET}", "install-llama-cpp-libs ${PRESET} /opt/llm-worker",
                  "install-worker /opt/llm-worker", "install-system-deps run ${PRESET}"):
         assert f"scripts/{step}" in text
 

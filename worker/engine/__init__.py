@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.exactness.build_choice import LIB_PATH_ENV as LIB_PATH_ENV
     from worker.engine.exactness.build_choice import SWITCH_ENV as SWITCH_ENV
     from worker.engine.exactness.build_choice import batch_invariant_installed as batch_invariant_installed
+    from worker.engine.exactness.build_choice import build_origin as build_origin
     from worker.engine.exactness.build_choice import choose_library as choose_library
     from worker.engine.exactness.build_choice import default_dir as default_dir
     from worker.engine.exactness.build_choice import expects_batch_invariant as expects_batch_invariant
@@ -112,7 +113,8 @@ __getattr__ = exports(__name__, {
     "EngineConfig": "config", "Lora": "config", "DRAFT_MAX": "config", "default_batch_size": "config",
     "default_ubatch_size": "config", "CacheMode": "modes", "SpecType": "modes", "config_attention": "exactness.kv_plan",
     "BATCH_INVARIANT_DIR": "exactness.build_choice", "LIB_PATH_ENV": "exactness.build_choice",
-    "batch_invariant_installed": "exactness.build_choice", "choose_library": "exactness.build_choice",
+    "batch_invariant_installed": "exactness.build_choice", "build_origin": "exactness.build_choice",
+    "choose_library": "exactness.build_choice",
     "default_dir": "exactness.build_choice", "expects_batch_invariant": "exactness.build_choice",
     "load_library": "exactness.build_choice", "SWITCH_ENV": "exactness.build_choice",
     "TILED_MM_ENV": "exactness.ggml_switches", "choose_kernels": "exactness.ggml_switches",

@@ -15,7 +15,7 @@ from worker.api import Phase, WorkerState, build_app
 from worker.api.adapters import Adapters
 from worker.api.generation_fields import sampling_defaults
 from worker.api.loading_progress import LoadingProgress
-from worker.engine import Lora, SamplingParams, choose_library, load_library
+from worker.engine import Lora, SamplingParams, build_origin, choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
 from worker.lifecycle.kv_events import KvEvents
@@ -83,7 +83,7 @@ def _load(settings: Settings, progress: LoadingProgress,
     library = load_library(choose_library(model.path, config))
     # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
-                                                    reason=library.reason)
+                                                    reason=library.reason, built_by=build_origin(library.path))
     # The first import of llama_cpp, which loads the library just chosen.
     from worker.engine import load_model
 

@@ -20,16 +20,29 @@ MTMD_PATH_ENV = "MTMD_CPP_LIB"
 SWITCH_ENV = "GGML_CPU_BATCH_INVARIANT"  # read by ggml_cpu_init (patches/llama.cpp)
 # Where `make install` puts the patched build (scripts/build-llama-cpp's output, cached per flags and patches).
 BATCH_INVARIANT_DIR = Path(sys.prefix) / "lib" / "llm-worker" / "batch-invariant"
+# scripts/build-llama-cpp's record of a build (presets, patch set, flags), copied beside the libraries it made.
+BUILD_RECORD = "llm-worker-build"
 # What the fallback cannot hold to one order: llamafile's GEMM takes these weights from 2 rows, vec_dot one row.
 TINYBLAS_TYPES = frozenset({"F32", "F16", "BF16"})
 
 
 @dataclass(frozen=True)
 class Library:
-    build: str  # default (llama-cpp-python's own) | batch-invariant (patches/llama.cpp) | LLAMA_CPP_LIB_PATH (user's)
+    build: str  # default (llama_cpp/lib) | batch-invariant (its switch on) | LLAMA_CPP_LIB_PATH (the user's)
     path: str  # the directory libllama is loaded from
     reason: str  # one line: why this one
     fallback: bool = False  # exact or off mode without the patched build: pinned kernels, and what they cannot hold
+
+
+def build_origin(library_dir: str | Path) -> str:
+    """Who compiled the libraries in this directory, in one line. scripts/build-llama-cpp leaves its record beside
+    them (make install, the images, build-backend); llama-cpp-python's own compile (a plain pip install) leaves none."""
+    record = Path(library_dir) / BUILD_RECORD
+    if not record.is_file():
+        return "llama-cpp-python's own compile (pip install), without our patches"
+    fields = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    patches = f"our patches (set {fields['patches']})" if fields.get("patches") else "no patches"
+    return f"scripts/build-llama-cpp, preset {fields.get('presets') or '?'}, {patches}"
 
 
 def default_dir() -> Path:
@@ -44,8 +57,8 @@ def choose_library(model: Path, config: EngineConfig, patched: Path = BATCH_INVA
     cpu backend take the batch-invariant build for every weight type and LoRA adapter (patch 0004 holds an adapter's
     F16 or F32 tensors to one order as it does F16 weights). Where `make install` has not built it they fall back to
     llama-cpp-python's own, held to the kernels that ignore the batch unpatched (kv_plan.py's pinned attention,
-    ggml_switches.py), which F16/BF16/F32 weights or adapter tensors and unfused attention cannot be. Fast mode keeps
-    llama-cpp-python's own."""
+    ggml_switches.py), which F16/BF16/F32 weights or adapter tensors and unfused attention cannot be. Fast mode loads
+    llama_cpp/lib: make install's build of the same patched llama.cpp, switch off, or llama-cpp-python's own."""
     if user := os.environ.get(LIB_PATH_ENV):
         return Library("LLAMA_CPP_LIB_PATH", user, f"{LIB_PATH_ENV} is set")
     default = str(default_dir())
