@@ -3,9 +3,10 @@
 #   make test    venv, install, fetch the test model, run every test but the slow ones
 #   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
 #   make lint    ruff, mypy and import-linter (their rules: pyproject.toml); make test runs it first
-#   make test-slow  the tests that compile llama.cpp again or build a Docker image (tens of minutes)
+#   make test-slow  the tests that compile llama.cpp again, build a Docker image or probe kernels (tens of minutes)
+#   make test-probes  of those, the batch-invariance probes at 1, 3 and 4 threads (~4 minutes); CI runs it after make test
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
-#                     CI runs it after make test
+#                     CI runs it after those, time allowing
 #   make test-gpu   of those, the GPU backends: Vulkan on Mesa's lavapipe, CUDA compiled for one architecture,
 #                   the GPU check rehearsed from its bundle, the cuda and vulkan images (hours the first time)
 PYTHON ?= python3
@@ -13,7 +14,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 PORT ?= 8080
 
-.PHONY: serve test test-unit test-slow test-builds test-gpu install lint
+.PHONY: serve test test-unit test-slow test-probes test-builds test-gpu install lint
 
 # llama.cpp is compiled once, by scripts/build-llama-cpp, with our patches (patches/llama.cpp: batch-invariant CPU
 # kernels behind GGML_CPU_BATCH_INVARIANT, off unless set) and this machine's CPU features (cpu-native), cached in
@@ -55,6 +56,9 @@ test-unit: $(BIN)/llm-worker
 
 test-slow: install
 	$(BIN)/python -m pytest -q -m slow
+
+test-probes: install
+	$(BIN)/python -m pytest -q -m slow tests/model/test_batch_invariant_kernels.py
 
 test-builds: install
 	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py

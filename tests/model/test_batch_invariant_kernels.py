@@ -38,20 +38,23 @@ def test_a_row_ignores_its_batch_its_cuts_and_where_its_cells_came_from(qtype, m
     assert gaps == dict.fromkeys(gaps, 0.0), gaps
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("qtype", "threads"), [("q4_1", 1), ("q4_1", 3), ("q4_1", 4), ("q4_k_m", 3)])
 def test_at_any_thread_count_as_at_two(qtype, threads, model_path, quantized):
     """patches/README.md: a row's sums do not depend on how many threads share them (0005's segments are fixed
     cells, not one per thread). Every case at 1, 3 and 4 threads (past the 2 cores: only bits are compared), and
     the prompt's logits against 2 threads'; K-quants (0003's tiled vec_dot) at 3, which splits rows unevenly. Each
-    type at 2 threads: the test above."""
+    type at 2 threads: the test above. A slow probe (about 3.5 minutes on 2 cores, a quarter of what make test took):
+    make test-probes runs it, and CI after make test; the worker itself runs at the one thread count it is given."""
     gaps = _gaps(model_path if qtype == "q4_1" else quantized(qtype), qtype, threads)
     assert "2 threads" in gaps and gaps == dict.fromkeys(gaps, 0.0), gaps
 
 
 @pytest.mark.parametrize(("library", "switch", "on"), [("patched", "1", True), ("patched", "0", False),
-                                                       ("default", "1", False)])
+                                                       ("default", "1", True), ("default", "0", False)])
 def test_the_switch_is_asked_of_the_loaded_ggml(library, switch, on):
-    """ggml_switches.switch_is_on: true only where the loaded ggml has the switch and read it on."""
+    """ggml_switches.switch_is_on: true only where the loaded ggml has the switch and read it on. make install's
+    llama_cpp/lib is the same patched build (fast mode leaves the switch off); a ggml without the switch: below."""
     where = str(BATCH_INVARIANT_DIR) if library == "patched" else str(default_dir())
     code = ("import sys, llama_cpp; from worker.engine.exactness.ggml_switches import switch_is_on; "
             "print(switch_is_on(sys.argv[1]))")
@@ -59,3 +62,16 @@ def test_the_switch_is_asked_of_the_loaded_ggml(library, switch, on):
     run = subprocess.run([sys.executable, "-c", code, where], env=env, capture_output=True, text=True,
                          cwd=Path(__file__).parents[2], timeout=120)
     assert run.stdout.strip().splitlines()[-1] == str(on), run.stderr[-2000:]
+
+
+def test_a_ggml_without_the_switch_has_it_off(tmp_path):
+    """llama-cpp-python's own compile (a plain pip install) has no ggml_cpu_batch_invariant: a libggml-cpu.so with
+    only the CPU backend's registration stands in for it."""
+    source = tmp_path / "cpu.c"
+    source.write_text("void *ggml_backend_cpu_reg(void) { return 0; }\n")
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(tmp_path / "libggml-cpu.so"), str(source)], check=True)
+    code = ("import sys; from worker.engine.exactness.ggml_switches import switch_is_on; "
+            "print(switch_is_on(sys.argv[1]))")
+    run = subprocess.run([sys.executable, "-c", code, str(tmp_path)], env={**os.environ, SWITCH_ENV: "1"},
+                         capture_output=True, text=True, cwd=Path(__file__).parents[2], timeout=120)
+    assert run.stdout.strip() == "False", run.stderr[-2000:]
