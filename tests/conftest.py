@@ -15,6 +15,7 @@ import aiohttp
 import pytest
 
 from worker.engine import bound_barrier_spins
+from worker.engine.startup.check_record import RECORDS_ENV
 from worker.source import load_registry, resolve_model
 
 # The tests that load llama.cpp in this process wait at its barriers as the worker does (worker/engine/thread_waits.py).
@@ -152,3 +153,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         path = item.path.resolve()
         if path.is_relative_to(tests) and (tier := path.relative_to(tests).parts[0]) in TIERS:
             item.add_marker(tier)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def load_check_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workers a run starts keep their load-time checks' answers here (worker/engine/startup/check_record.py):
+    each configuration is measured by the first worker that has it in this run, never by an earlier run's."""
+    folder = tmp_path_factory.mktemp("load-checks")
+    os.environ[RECORDS_ENV] = str(folder)
+    return folder

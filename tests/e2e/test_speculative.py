@@ -24,6 +24,7 @@ from tests.conftest import REPO, WorkerProcess, start_worker
 from tests.e2e.test_prefix_cache import conversations_beside_off
 from tests.helpers import completion_text, execute, openai_once, openai_stream, wait_idle
 from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
+from worker.engine.startup.check_record import RECORDS_ENV
 
 FLAGS = ("--parallel", "4", "--ctx-size", "8192")
 # Answers that copy their prompt: code edits over this repository's own sources, each prompt ~300-550 tokens
@@ -152,7 +153,8 @@ async def test_a_worker_started_on_busy_cores_is_ready_in_seconds(http, tmp_path
     holds the re-timing rule)."""
     busy = crowd_the_last_core()
     try:
-        worker = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048")
+        # its own records: the load-time check runs on the busy cores, not reused from an earlier worker's
+        worker = start_worker(tmp_path, "--parallel", "1", "--ctx-size", "2048", env={RECORDS_ENV: str(tmp_path)})
         healthy_at = datetime.now(timezone.utc)
         with urllib.request.urlopen(worker.url + "/health") as response:
             untimed = json.load(response)["untimed_pass_rows"]

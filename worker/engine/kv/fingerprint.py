@@ -59,15 +59,19 @@ def _short(value: str | None) -> str:
 
 
 def engine_fingerprint(model: LlamaModel) -> Fingerprint:
-    """The fingerprint of the loaded model's numerics: after the model is loaded (ggml's switches are set then).
-    Its parts are generic rather than today's switches, so that a new switch, a patched build or a new cell type
-    needs no change here: the libraries' bytes stand for the build, its compile flags and patches; GGML_* for ggml's
-    run-time switches; libc for libm's functions in some kernels' scalar tails; the CPU for the code paths its
-    instruction set picks; then the engine's own choices. Hashes the model file unless the source cache already
-    names it by its hash (~0.13 s per 100 MB here)."""
+    """The fingerprint of the loaded model's numerics: the model file's hash (read unless the source cache already
+    names it by it: ~0.13 s per 100 MB here) and numerics_parts."""
+    return Fingerprint.of({"model_sha256": content_sha256(model.path), **numerics_parts(model)})
+
+
+def numerics_parts(model: LlamaModel) -> dict[str, str]:
+    """What the loaded model's numerics depend on besides the model file: after the model is loaded (ggml's
+    switches are set then). Its parts are generic rather than today's switches, so that a new switch, a patched
+    build or a new cell type needs no change here: the libraries' bytes stand for the build, its compile flags and
+    patches; GGML_* for ggml's run-time switches; libc for libm's functions in some kernels' scalar tails; the CPU
+    for the code paths its instruction set picks; then the engine's own choices."""
     config, attention, kernels = model.config, model.attention, model.kernels
-    return Fingerprint.of({
-        "model_sha256": content_sha256(model.path),
+    return {
         "libraries_sha256": _files_digest(library_files()),
         "gpu_runtime": _gpu_runtime(),
         "ggml_env": ";".join(f"{name}={value}" for name, value in sorted(os.environ.items())
@@ -88,7 +92,13 @@ def engine_fingerprint(model: LlamaModel) -> Fingerprint:
         "rpc": ",".join(config.rpc_servers),
         "n_gpu_layers": str(config.n_gpu_layers),
         "threads": str(config.threads),
-    })
+    }
+
+
+def file_identity(path: Path) -> str:
+    """A file as its path, size and modification time: replaced or rewritten, it is another file (read nothing)."""
+    stat = path.stat()
+    return f"{path.resolve()}:{stat.st_size}:{stat.st_mtime_ns}"
 
 
 def library_files() -> list[Path]:
@@ -100,11 +110,7 @@ def library_files() -> list[Path]:
 
 def _gpu_runtime() -> str:
     """The GPU runtime libraries this process mapped, by path, size and time ("" on the cpu backend)."""
-    runtime = []
-    for path in _mapped(GPU_RUNTIME_NAME) if PROC_MAPS.exists() else []:
-        stat = path.stat()
-        runtime.append(f"{path}:{stat.st_size}:{stat.st_mtime_ns}")
-    return ";".join(runtime)
+    return ";".join(file_identity(path) for path in (_mapped(GPU_RUNTIME_NAME) if PROC_MAPS.exists() else []))
 
 
 def _mapped(name: re.Pattern[str]) -> list[Path]:

@@ -1,0 +1,69 @@
+"""The load-time check's record (worker/engine/startup/check_record.py): a start reuses an answer only where
+nothing it depends on changed, and a record it cannot read is measured again, never trusted."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from worker.engine.config import EngineConfig, Lora
+from worker.engine.startup.check_record import RECORDS_ENV, check_key, key_of, record, recorded, recorded_or
+from worker.engine.startup.load_check import Numerics
+
+MEASURED = Numerics(True, False, trusted=True, verify_rows_exact=None, moved_cells_exact=True)
+NUMERICS = {"libraries_sha256": "b" * 64, "ggml_env": "GGML_CPU_BATCH_INVARIANT=1", "threads": "2"}
+
+
+@pytest.fixture
+def model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "records"))
+    (tmp_path / "adapter.gguf").write_bytes(b"GGUF adapter")
+    (tmp_path / "model.gguf").write_bytes(b"GGUF model")
+    return tmp_path / "model.gguf"
+
+
+def test_a_record_is_found_by_the_same_start_only(model):
+    config = EngineConfig(parallel=2, threads=2)
+    key = key_of(config, [model], NUMERICS)
+    assert recorded(key) is None
+    assert recorded_or(key, lambda: MEASURED) == MEASURED
+    assert recorded_or(key_of(config, [model], dict(NUMERICS)), lambda: pytest.fail("measured again")) == MEASURED
+    changed = {
+        "a flag": key_of(EngineConfig(parallel=2, threads=1), [model], NUMERICS),
+        "an adapter": key_of(EngineConfig(parallel=2, threads=2, lora=(Lora(model.with_name("adapter.gguf"), "a"),)),
+                             [model], NUMERICS),
+        "a ggml switch": key_of(config, [model], {**NUMERICS, "ggml_env": ""}),
+        "a library": key_of(config, [model], {**NUMERICS, "libraries_sha256": "c" * 64}),
+    }
+    os.utime(model, ns=(1, 1))
+    changed["the model file rewritten"] = key_of(config, [model], NUMERICS)
+    assert all(recorded(other) is None for other in changed.values()), changed
+    assert len({key, *changed.values()}) == len(changed) + 1
+
+
+@pytest.mark.parametrize("content", ['{"decoded_cells_exact": tru', '{"decoded_cells_exact": true}', "[]"])
+def test_a_record_cut_short_or_of_another_shape_is_measured_again(model, content):
+    key = key_of(EngineConfig(), [model], NUMERICS)
+    folder = Path(os.environ[RECORDS_ENV])
+    folder.mkdir()
+    (folder / f"{key}.json").write_text(content)
+    assert recorded(key) is None
+    assert recorded_or(key, lambda: MEASURED) == MEASURED and recorded(key) == MEASURED
+
+
+def test_no_record_without_a_key_and_none_where_the_folder_cannot_be_written(model, tmp_path, monkeypatch):
+    record(None, MEASURED)
+    assert recorded(None) is None and not Path(os.environ[RECORDS_ENV]).exists()
+    (tmp_path / "a-file").write_text("")
+    monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "a-file" / "records"))  # under a file: cannot be made
+    key = key_of(EngineConfig(), [model], NUMERICS)
+    assert recorded_or(key, lambda: MEASURED) == MEASURED and recorded(key) is None
+
+
+@pytest.mark.parametrize("config", [EngineConfig(backend="cuda"), EngineConfig(rpc_servers=("10.0.0.2:50052",))])
+def test_no_key_off_the_cpu_backend_alone(config):
+    """A GPU's or rpc server's kernels depend on a device the fingerprint does not name: measured at every start."""
+    assert check_key(SimpleNamespace(config=config)) is None  # type: ignore[arg-type]
