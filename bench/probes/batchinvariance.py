@@ -42,6 +42,7 @@ CUTS = (1, 16, 48, 64, 100, 256, 512)
 REPEAT = 42  # filler sentences: a 690-token prompt
 ANSWER, TURN = 24, 16
 OTHER_CELLS = 64  # what the other streams hold before their rows go beside stream 0's
+CHUNK_BESIDE = 48  # stream 0's prefill chunk that goes beside a decode row
 MODELS = Path.home() / ".cache" / "llm-worker" / "probe-models"
 
 
@@ -189,28 +190,38 @@ def measure(path: Path, repeat: int = REPEAT, threads: int = 2) -> dict[str, flo
     results["copied"] = gap(prefill(ctx, full, n + ANSWER, len(full), TURN, seq=3), turned)
     L.llama_free(ctx)
 
+    # The beside cases share one context (a fresh one and a prefill each took a fifth of the probe): stream 0 holds
+    # the prompt but its last CHUNK_BESIDE rows, streams 1-3 the other prompt's first OTHER_CELLS tokens. Each case
+    # makes stream 0's rows alone, drops them (llama_memory_seq_rm, which puts the cells' head back), makes them
+    # again beside the other streams' rows, and drops everything it added: each compares two decodes over the same
+    # cells, as a case on a context of its own did.
+    ctx = context()
+    memory = L.llama_get_memory(ctx)
+    first = n - CHUNK_BESIDE
+    prefill(ctx, prompt, 0, first, first)
+    for seq in (1, 2, 3):
+        prefill(ctx, other, 0, OTHER_CELLS, OTHER_CELLS, seq=seq)
+
     def beside(rows_of_zero: int, others: list[tuple[int, int]]) -> float:
-        """Stream 0's rows [n - rows_of_zero, n) alone, then beside (stream, rows) of the other prompt, whose
-        streams hold its first OTHER_CELLS tokens."""
-        ctx = context()
+        """Stream 0's rows [n - rows_of_zero, n) alone, then beside (stream, rows) of the other prompt."""
         start = n - rows_of_zero
-        prefill(ctx, prompt, 0, start, start)
-        for seq, _ in others:
-            prefill(ctx, other, 0, OTHER_CELLS, OTHER_CELLS, seq=seq)
+        prefill(ctx, prompt, first, start, CHUNK_BESIDE)  # the cells before the case's rows (none for the chunk)
         alone = prefill(ctx, prompt, start, n, rows_of_zero)
-        L.llama_memory_seq_rm(L.llama_get_memory(ctx), 0, start, -1)
+        L.llama_memory_seq_rm(memory, 0, start, -1)
         items = [(prompt[p], p, 0, p == n - 1) for p in range(start, n)]
         for seq, rows in others:
             items += [(other[p], p, seq, False) for p in range(OTHER_CELLS, OTHER_CELLS + rows)]
         together = decode(ctx, items)[0]
-        L.llama_free(ctx)
+        for seq in range(4):
+            L.llama_memory_seq_rm(memory, seq, first if seq == 0 else OTHER_CELLS, -1)
         return gap(together, alone)
 
     results["beside 1 decode row"] = beside(1, [(1, 1)])
     results["beside 3 decode rows"] = beside(1, [(1, 1), (2, 1), (3, 1)])
     results["beside a 16-row chunk"] = beside(1, [(1, 16)])
     results["beside a 100-row chunk"] = beside(1, [(1, 100)])
-    results["48-row chunk beside 1 row"] = beside(48, [(1, 1)])
+    results[f"{CHUNK_BESIDE}-row chunk beside 1 row"] = beside(CHUNK_BESIDE, [(1, 1)])
+    L.llama_free(ctx)
     L.llama_batch_free(batch)
     return results
 
