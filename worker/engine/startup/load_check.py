@@ -81,26 +81,16 @@ def _measured(model: LlamaModel, adapters: AdapterSet) -> tuple[bool, bool, bool
     (None: one slot), under `adapters`."""
     config = model.config
     model.adapters.use(adapters)
+    verify = verify_rows_match_decodes(model) if config.drafting is not SpecType.NONE else None
     several = config.parallel > 1
-    try:
-        # Each leaves the probe's cells in slot 0, which the next cuts back to what it starts from: one prefill of
-        # the probe for all four (a prefill each was ~0.9 s of a ~2 s check on 2 cores)
-        decoded = decode_matches_prefill(model)
-        beside = row_ignores_batch(model) if several else True
-        moved = moved_cells_match(model) if several else None
-        verify = verify_rows_match_decodes(model) if config.drafting is not SpecType.NONE else None
-    finally:
-        for slot in (0, 1):
-            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
-    return decoded, beside, verify, moved
+    return (decode_matches_prefill(model), row_ignores_batch(model) if several else True, verify,
+            moved_cells_match(model) if several else None)
 
 
 def decode_matches_prefill(model: LlamaModel) -> bool:
-    """The measurement itself: prefill the probe into an emptied slot 0, then make its tail again in each shape;
-    the same logits? Slot 0 keeps the probe's cells."""
+    """The measurement itself: prefill the probe, then make its tail again in each shape; the same logits?"""
     tokens = _probe_tokens(model)
     batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
-    llama_cpp.llama_memory_seq_rm(model.memory, 0, -1, -1)
     try:
         cold = _logits_after(model, batch, tokens, [(0, PROBE_TOKENS)])
         for kept, decoded in SHAPES:
@@ -112,6 +102,7 @@ def decode_matches_prefill(model: LlamaModel) -> bool:
         return True
     finally:
         llama_cpp.llama_batch_free(batch)
+        llama_cpp.llama_memory_seq_rm(model.memory, 0, -1, -1)
 
 
 def row_ignores_batch(model: LlamaModel) -> bool:
@@ -122,7 +113,7 @@ def row_ignores_batch(model: LlamaModel) -> bool:
     last = PROBE_TOKENS - 1
     row = (tokens[last], last, 0, True)
     try:
-        _hold(model, batch, tokens, last)
+        _logits_after(model, batch, tokens[:last], [(0, last)])
         alone = _decode_rows(model, batch, [row])
         for beside in (1, BESIDE_ROWS):
             _keep(model, batch, tokens, 0, last)
@@ -133,7 +124,8 @@ def row_ignores_batch(model: LlamaModel) -> bool:
         return True
     finally:
         llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
+        for slot in (0, 1):
+            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
 
 
 def moved_cells_match(model: LlamaModel) -> bool:
@@ -147,7 +139,7 @@ def moved_cells_match(model: LlamaModel) -> bool:
     row = (tokens[last], last, 0, True)
     batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
     try:
-        _hold(model, batch, tokens, last)
+        _logits_after(model, batch, tokens[:last], [(0, last)])
         size = llama_cpp.llama_state_seq_get_size(model.ctx, 0)
         saved = (ctypes.c_uint8 * size)()
         if llama_cpp.llama_state_seq_get_data(model.ctx, saved, size, 0) != size:
@@ -163,7 +155,8 @@ def moved_cells_match(model: LlamaModel) -> bool:
         return isinstance(alone, bytes) and restored == alone and copied == alone
     finally:
         llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
+        for slot in (0, 1):
+            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
 
 
 def verify_rows_match_decodes(model: LlamaModel) -> bool:
@@ -175,7 +168,7 @@ def verify_rows_match_decodes(model: LlamaModel) -> bool:
     beside = [(tokens[0], 0, 1, False)] if model.config.parallel > 1 else []
     batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
     try:
-        _hold(model, batch, tokens, start)
+        _logits_after(model, batch, tokens[:start], [(0, start)])
         alone = [_decode_rows(model, batch, [row]) for row in rows]
         _keep(model, batch, tokens, 0, start)
         if _decode_rows(model, batch, rows + beside) is False:
@@ -184,17 +177,8 @@ def verify_rows_match_decodes(model: LlamaModel) -> bool:
         return all(isinstance(a, bytes) for a in alone) and alone == together
     finally:
         llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_memory_seq_rm(model.memory, 1, -1, -1)
-
-
-def _hold(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[int], kept: int) -> None:
-    """Slot 0 holding the probe's first `kept` tokens: the cells an earlier measurement left there cut back, or
-    (fewer there, or a recurrent state) those tokens prefilled into it as one chunk."""
-    if llama_cpp.llama_memory_seq_pos_max(model.memory, 0) + 1 >= kept:
-        _keep(model, batch, tokens, 0, kept)
-        return
-    llama_cpp.llama_memory_seq_rm(model.memory, 0, -1, -1)
-    _decode_rows(model, batch, [(tokens[pos], pos, 0, False) for pos in range(kept)])
+        for slot in (0, 1):
+            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
 
 
 def _keep(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[int], slot: int, kept: int) -> None:
