@@ -5,7 +5,7 @@
 #   make lint    ruff, mypy and import-linter (their rules: pyproject.toml); make test runs it first
 #   make test-slow  the tests that compile llama.cpp again, build a Docker image or probe kernels (tens of minutes)
 #   make test-probes  of those, the batch-invariance probes of the patched kernels, per weight type and at 1-4 threads
-#                     (~8 minutes): after a change to patches/ or the build; CI runs it after make test
+#                     (~9 minutes): after a change to patches/ or the build; CI runs it after make test
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after those, time allowing
 #   make test-gpu   of those, the GPU backends: Vulkan on Mesa's lavapipe, CUDA compiled for one architecture,
