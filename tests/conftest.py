@@ -156,9 +156,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def load_check_records(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The workers a run starts keep their load-time checks' answers here (worker/engine/startup/check_record.py):
-    each configuration is measured by the first worker that has it in this run, never by an earlier run's."""
-    folder = tmp_path_factory.mktemp("load-checks")
-    os.environ[RECORDS_ENV] = str(folder)
-    return folder
+def load_check_records(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The workers a run starts keep their load-time checks' answers in a folder of its own
+    (worker/engine/startup/check_record.py): each configuration is measured by the first worker that has it in this
+    run, never by an earlier run's."""
+    os.environ[RECORDS_ENV] = str(tmp_path_factory.mktemp("load-checks"))
