@@ -4,6 +4,10 @@ tests/model/test_exactness_rules.py holds the llama.cpp library (exactness/build
 
 from __future__ import annotations
 
+from collections import Counter
+
+import gguf
+import numpy as np
 import pytest
 
 from worker.engine.config import EngineConfig
@@ -53,6 +57,33 @@ def test_weight_types_of_files_that_are_not_gguf(tmp_path):
         bogus.write_bytes(content)
         assert not weight_product_types(bogus)
     assert not weight_product_types(tmp_path / "missing.gguf")
+
+
+def test_weight_types_are_read_past_a_vocabulary_and_a_header_cut_in_it_is_not_read(tmp_path):
+    """The header's string arrays (a vocabulary, its merges) are walked by their lengths alone: the tensors after
+    them are found, and a file cut inside them, or a length running past its end, reads as no GGUF."""
+    path = tmp_path / "model.gguf"
+    writer = gguf.GGUFWriter(path, "llama")
+    writer.add_token_list([f"token-{i}" for i in range(5000)])
+    writer.add_array("tokenizer.ggml.merges", [f"t {i}" for i in range(3000)])
+    writer.add_tensor("token_embd.weight", np.zeros((4, 32), np.float16))
+    writer.add_tensor("blk.0.ffn_up.weight", np.zeros((4, 32), np.float16))
+    writer.add_tensor("blk.0.attn_norm.weight", np.zeros(32, np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    # the embedding counts too: no output.weight, so the model ties its output to it
+    assert weight_product_types(path) == Counter({"F16": 2})
+    whole = path.read_bytes()
+    vocabulary_at = whole.index(b"token-2500")
+    cut = tmp_path / "cut.gguf"
+    cut.write_bytes(whole[:vocabulary_at])
+    assert not weight_product_types(cut)
+    overlong = tmp_path / "overlong.gguf"
+    length_at = vocabulary_at - 8  # token-2500's byte count, just before it
+    overlong.write_bytes(whole[:length_at] + (len(whole)).to_bytes(8, "little") + whole[length_at + 8:])
+    assert not weight_product_types(overlong)
 
 
 def test_heads_too_narrow_for_q8_0_blocks_keep_k_in_f16_and_v_in_bf16():
