@@ -1,5 +1,6 @@
-"""A restart reuses the load-time check's answer (worker/engine/startup/check_record.py): the same flags on the same
-model and build skip the check and report what it measured; a changed flag measures again."""
+"""A restart reuses the load-time check's answer and the draft passes' costs (worker/engine/startup/check_record.py):
+the same flags on the same model and build skip the check and the timing and report what they measured; a changed
+flag measures again."""
 
 from __future__ import annotations
 
@@ -12,15 +13,16 @@ from worker.engine.startup.check_record import RECORDS_ENV
 
 
 def _started(tmp_path: Path, *flags: str) -> tuple[dict, str]:
-    """The worker's /health exactness report and its log, the worker stopped."""
+    """The worker's /health (its exactness report, and no pass left to time) and its log, the worker stopped."""
     worker = start_worker(tmp_path, "--parallel", "2", "--ctx-size", "2048", *flags,
                           env={RECORDS_ENV: str(tmp_path / "records")})
     try:
         with urllib.request.urlopen(worker.url + "/health") as response:
-            exactness = json.load(response)["exactness"]
+            health = json.load(response)
+        assert health["untimed_pass_rows"] == [], health
     finally:
         assert worker.stop() == 0, worker.log()[-3000:]
-    return exactness, worker.log()
+    return health["exactness"], worker.log()
 
 
 def test_a_restart_reuses_the_load_time_check_and_a_changed_flag_measures_again(tmp_path):
@@ -31,4 +33,12 @@ def test_a_restart_reuses_the_load_time_check_and_a_changed_flag_measures_again(
     assert '"load_check_reused"' not in third, third[-3000:]
     assert measured["decoded_cells_exact"] is measured["batch_invariant"] is measured["moved_cells_exact"] is True
     assert reused == measured == other, (measured, reused, other)
-    assert len(list((tmp_path / "records").glob("*.json"))) == 2
+    timed, again = _logged(first, "passes_timed"), _logged(second, "passes_reused")
+    assert timed["ms"] == again["ms"] and len(timed["ms"]) >= 8 and '"passes_timed"' not in second, second[-3000:]
+    assert _logged(third, "passes_timed")["ms"] != timed["ms"]  # timed again, at one thread
+    records = sorted(path.name.removeprefix(path.name.split(".")[0]) for path in (tmp_path / "records").iterdir())
+    assert records == [".json", ".json", ".passes.json", ".passes.json"], records
+
+
+def _logged(log: str, event: str) -> dict:
+    return json.loads(next(line for line in log.splitlines() if f'"event": "{event}"' in line))

@@ -10,7 +10,16 @@ from types import SimpleNamespace
 import pytest
 
 from worker.engine.config import EngineConfig, Lora
-from worker.engine.startup.check_record import RECORDS_ENV, check_key, key_of, record, recorded, recorded_or
+from worker.engine.startup.check_record import (
+    RECORDS_ENV,
+    check_key,
+    key_of,
+    record,
+    record_passes,
+    recorded,
+    recorded_or,
+    recorded_passes,
+)
 from worker.engine.startup.load_check import Numerics
 
 MEASURED = Numerics(True, False, trusted=True, verify_rows_exact=None, moved_cells_exact=True)
@@ -46,10 +55,7 @@ def test_a_record_is_found_by_the_same_start_only(model):
 
 @pytest.mark.parametrize("content", ['{"decoded_cells_exact": tru', '{"decoded_cells_exact": true}', "[]"])
 def test_a_record_cut_short_or_of_another_shape_is_measured_again(model, content):
-    key = key_of(EngineConfig(), [model], NUMERICS)
-    folder = Path(os.environ[RECORDS_ENV])
-    folder.mkdir()
-    (folder / f"{key}.json").write_text(content)
+    key = _written(model, ".json", content)
     assert recorded(key) is None
     assert recorded_or(key, lambda: MEASURED) == MEASURED and recorded(key) == MEASURED
 
@@ -61,6 +67,36 @@ def test_no_record_without_a_key_and_none_where_the_folder_cannot_be_written(mod
     monkeypatch.setenv(RECORDS_ENV, str(tmp_path / "a-file" / "records"))  # under a file: cannot be made
     key = key_of(EngineConfig(), [model], NUMERICS)
     assert recorded_or(key, lambda: MEASURED) == MEASURED and recorded(key) is None
+
+
+def test_the_draft_passes_costs_are_kept_beside_the_answer_for_the_same_start(model):
+    """What a start timed comes back for a start with the same key only, as it was timed, and apart from the
+    check's answer (a start may time passes and run no check: fast mode with --spec-type ngram)."""
+    seconds = {1: 0.0147, 2: 0.024, 16: 0.1054}
+    key = key_of(EngineConfig(parallel=2), [model], NUMERICS)
+    assert recorded_passes(key) is None
+    record_passes(key, seconds)
+    assert recorded_passes(key) == seconds and recorded(key) is None
+    record(key, MEASURED)
+    assert recorded(key) == MEASURED and recorded_passes(key) == seconds
+    assert recorded_passes(key_of(EngineConfig(parallel=3), [model], NUMERICS)) is None
+    record_passes(None, seconds)
+    assert recorded_passes(None) is None
+
+
+@pytest.mark.parametrize("content", ['{"seconds": {"1": 0.01', '{"seconds": {}}', '{"seconds": {"1": 0}}',
+                                     '{"seconds": [0.01]}', '{"ms": {"1": 10}}', "[]", '{"seconds": {"one": 0.1}}'])
+def test_passes_cut_short_of_another_shape_or_of_no_time_are_timed_again(model, content):
+    assert recorded_passes(_written(model, ".passes.json", content)) is None
+
+
+def _written(model: Path, ending: str, content: str) -> str:
+    """The key of a default start on `model`, whose record ending in `ending` holds `content`."""
+    key = key_of(EngineConfig(), [model], NUMERICS)
+    folder = Path(os.environ[RECORDS_ENV])
+    folder.mkdir()
+    (folder / f"{key}{ending}").write_text(content)
+    return key
 
 
 @pytest.mark.parametrize("config", [EngineConfig(backend="cuda"), EngineConfig(rpc_servers=("10.0.0.2:50052",))])

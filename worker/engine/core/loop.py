@@ -177,10 +177,13 @@ class EngineLoop:
 
     # -- the engine thread ---------------------------------------------------------
 
-    def measure_passes(self) -> None:
-        """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes)."""
-        if self.speculator:
-            self._runner.measure_passes(self.speculator)
+    def measure_passes(self, known: dict[int, float] | None) -> dict[int, float] | None:
+        """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes), or
+        `known`, what a start with the same model, flags and build timed. The costs timed here, where every row
+        count was (to be kept for the next start); None where they were known, or some were left to time."""
+        if self.speculator and self._runner.measure_passes(self.speculator, known):
+            return dict(self.speculator.costs.seconds)
+        return None
 
     def stop_drafting(self) -> None:
         """Before serving: no drafts from here on (--spec-type auto where the load-time check found that drafts could

@@ -227,10 +227,17 @@ class ModelRunner:
             self.retire(seq, FinishReason.ERROR, events, "its memory refused to drop a rejected draft")
         return accepted
 
-    def measure_passes(self, speculator: Speculator) -> None:
+    def measure_passes(self, speculator: Speculator, known: dict[int, float] | None) -> bool:
         """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
         machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread,
-        for at most TIMING_AT_LOAD_S: the row counts left are timed once idle, and said in the log and /health."""
+        for at most TIMING_AT_LOAD_S: the row counts left are timed once idle, and said in the log and /health.
+        `known` (an earlier start's, startup/check_record.py) stands for the timing where it has every row count.
+        Returns whether every row count was timed here."""
+        if known is not None and set(speculator.timed_rows) <= known.keys():
+            for rows in speculator.timed_rows:
+                speculator.costs.timed(rows, known[rows])
+            log.info("passes_reused", ms=speculator.costs.milliseconds)
+            return False
         deadline = time.perf_counter() + TIMING_AT_LOAD_S
         for rows in speculator.timed_rows:
             if time.perf_counter() > deadline:
@@ -238,6 +245,7 @@ class ModelRunner:
             elif (seconds := self.time_pass(rows, PassPlace(0, 0))) is not None:
                 speculator.costs.timed(rows, seconds)
         log.info("passes_timed", ms=speculator.costs.milliseconds, untimed=speculator.untimed)
+        return set(speculator.timed_rows) <= speculator.costs.seconds.keys()
 
     def time_pass(self, rows: int, place: PassPlace) -> float | None:
         """The faster of two passes of `rows` rows at `place`, whose cells are dropped after each (as a rejected

@@ -1,8 +1,9 @@
-"""The load-time check's answer, kept for the next start that would measure the same thing: the same model and
-adapter files, flags, llama.cpp libraries, ggml switches, CPU and worker code (kv/fingerprint.py's parts, and the
-rest of the flags). A restart (a pool manager's, a developer's, a test's) then skips the check, ~2 s of a 5 s start
-on 2 cores; change any of them and it measures again. On the CPU backend alone, where the check's yes is trusted
-(load_check.py): a GPU's kernels also depend on its device and driver, which the fingerprint does not name."""
+"""The load-time check's answer and the draft passes' costs, kept for the next start that would measure the same
+thing: the same model and adapter files, flags, llama.cpp libraries, ggml switches, CPU and worker code
+(kv/fingerprint.py's parts, and the rest of the flags). A restart (a pool manager's, a developer's, a test's) then
+skips the check, ~2 s of a 5 s start on 2 cores, and the passes' timing, ~1 s more; change any of them and it measures
+again. On the CPU backend alone, where the check's yes is trusted (load_check.py): a GPU's kernels also depend on its
+device and driver, which the fingerprint does not name."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import os
 from collections.abc import Callable
 from functools import cache
 from pathlib import Path
+from typing import Any, TypeVar
 
 import structlog
 
@@ -23,8 +25,10 @@ from worker.engine.startup.load_check import Numerics
 from worker.user_cache import atomic_file, cache_dir
 
 log = structlog.get_logger(__name__)
+T = TypeVar("T")
 
 RECORDS_ENV = "LLM_WORKER_CHECKS"  # the folder of records; unset: load-checks/ in the user cache
+CHECK, PASSES = "", ".passes"  # what a record holds, by the end of its name: the check's answer, the passes' costs
 WORKER = Path(__file__).resolve().parents[2]
 
 
@@ -59,29 +63,60 @@ def recorded_or(key: str | None, measure: Callable[[], Numerics]) -> Numerics:
 
 def recorded(key: str | None) -> Numerics | None:
     """The answer a start with this key measured; None where there is none or it cannot be read (measure again)."""
-    if key is None:
+    if key is None or (found := _read(key, CHECK, lambda data: Numerics(**data))) is None:
         return None
-    path = records_dir() / f"{key}.json"
-    try:
-        found = Numerics(**json.loads(path.read_text()))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError) as error:  # a record cut short or of another shape: not trusted
-        log.warning("load_check_record_unreadable", path=str(path), error=str(error), fix="measured again")
-        return None
-    log.info("load_check_reused", path=str(path))
+    log.info("load_check_reused", path=str(_path(key, CHECK)))
     return found
 
 
 def record(key: str | None, numerics: Numerics) -> None:
     """Keep what the check measured for the next start with this key; a folder that cannot be written costs only
     that start's time."""
-    if key is None:
-        return
-    path = records_dir() / f"{key}.json"
+    if key is not None:
+        _write(key, CHECK, dataclasses.asdict(numerics))
+
+
+def recorded_passes(key: str | None) -> dict[int, float] | None:
+    """The seconds a draft pass of each row count took at a start with this key (ModelRunner.measure_passes); None
+    where there is none or it cannot be read (time them again)."""
+    return None if key is None else _read(key, PASSES, _pass_seconds)
+
+
+def record_passes(key: str | None, seconds: dict[int, float]) -> None:
+    """Keep the draft passes' costs for the next start with this key: a start that reuses them is ready ~1 s sooner
+    on 2 cores, and serving corrects them as it goes (passes timed beside a busy process are timed again once
+    serving shows it: PassCosts.timed_beside_load)."""
+    if key is not None:
+        _write(key, PASSES, {"seconds": {str(rows): cost for rows, cost in seconds.items()}})
+
+
+def _pass_seconds(data: Any) -> dict[int, float]:
+    seconds = {int(rows): float(cost) for rows, cost in data["seconds"].items()}
+    if not seconds or min(seconds.values()) <= 0:
+        raise ValueError("no pass, or a pass that took no time")
+    return seconds
+
+
+def _path(key: str, kind: str) -> Path:
+    return records_dir() / f"{key}{kind}.json"
+
+
+def _read(key: str, kind: str, parse: Callable[[Any], T]) -> T | None:
+    path = _path(key, kind)
+    try:
+        return parse(json.loads(path.read_text()))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:  # cut short, or of another shape
+        log.warning("load_check_record_unreadable", path=str(path), error=str(error), fix="measured again")
+        return None
+
+
+def _write(key: str, kind: str, data: dict[str, Any]) -> None:
+    path = _path(key, kind)
     try:
         with atomic_file(path) as out:
-            out.write(json.dumps(dataclasses.asdict(numerics)).encode())
+            out.write(json.dumps(data).encode())
     except OSError as error:
         log.warning("load_check_not_recorded", path=str(path), error=str(error))
 

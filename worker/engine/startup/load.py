@@ -21,7 +21,7 @@ from worker.engine.serving.pooled_outputs import PooledOutputs
 from worker.engine.serving.prompts import Prompts
 from worker.engine.serving.saved_cells import MOVED_CELLS_INEXACT, SavedCells
 from worker.engine.serving.served_model import ServedModel
-from worker.engine.startup.check_record import check_key, recorded_or
+from worker.engine.startup.check_record import check_key, record_passes, recorded_or, recorded_passes
 from worker.engine.startup.guarantee import guarantee
 from worker.engine.startup.load_check import Numerics, measure
 from worker.engine.startup.report import drafts_reason, exactness_report
@@ -68,14 +68,16 @@ def load_model(path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop
 def _warm_up(model: LlamaModel, steps: EngineLoop) -> Numerics:
     """On the engine thread, before any request: the first decode, the draft passes timed, and in exact mode the
     load-time check, whose measurement decides what the cache may reuse and whether drafts stay on (a restart with
-    the same model, flags and build reuses the last start's: startup/check_record.py)."""
+    the same model, flags and build reuses the last start's passes and check: startup/check_record.py)."""
     model.warm_up()
-    steps.measure_passes()
+    key = check_key(model)
+    if steps.speculator and (timed := steps.measure_passes(recorded_passes(key))):
+        record_passes(key, timed)
     config = model.config
     mode = config.prefix_cache
     numerics = Numerics(None, None)  # measured in exact mode only
     if mode is CacheMode.EXACT or (steps.speculator and mode is CacheMode.OFF):
-        numerics = recorded_or(check_key(model), lambda: measure(model))
+        numerics = recorded_or(key, lambda: measure(model))
         if numerics.answers_reusable:
             steps.cache.trust_decoded_cells()
         if numerics.moved_cells_exact is False:
