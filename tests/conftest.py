@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import compileall
 import os
 import signal
 import socket
@@ -23,11 +24,25 @@ bound_barrier_spins()
 
 REPO = Path(__file__).resolve().parent.parent
 
+# The worker processes the tests start load the worker's code compiled, as an installed worker does (pip compiles what
+# it installs): from this checkout, with PYTHONDONTWRITEBYTECODE set (as on this project's machines), every start would
+# compile all of it again, ~0.4 s of a 3 s start. Only files changed since the last run are compiled here.
+compileall.compile_dir(REPO / "worker", quiet=1)
+
 
 @pytest.fixture(scope="session")
 def model_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1 from its registry package, cached under the user cache dir."""
     return resolve_model(None, load_registry()).path
+
+
+@pytest.fixture(scope="session")
+def adapter_base(model_path: Path):
+    """The test model's tensors that LoRA adapters are made from (bench/adapters.py's Base), read once a run: reading
+    the GGUF with gguf-py takes ~5 s."""
+    from bench.adapters import Base
+
+    return Base.read(model_path)
 
 
 def free_port() -> int:
@@ -101,6 +116,17 @@ def wait_healthy(worker: WorkerProcess, timeout: float = 120.0) -> None:
 def worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
     """One shared worker with the default model: 4 slots, 8192 tokens (2048 per request)."""
     process = start_worker(tmp_path_factory.mktemp("worker"), "--parallel", "4", "--ctx-size", "8192")
+    yield process
+    assert process.stop() == 0, process.log()[-3000:]
+
+
+@pytest.fixture(scope="session")
+def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+    """The reference the exact worker's text is held to: the default model with --prefix-cache off (every prompt
+    prefilled whole, nothing reused) and no drafts (one token a step). Its greedy text depends on neither --parallel
+    nor --ctx-size, so one serves every comparison with it."""
+    process = start_worker(tmp_path_factory.mktemp("off"), "--parallel", "4", "--ctx-size", "8192",
+                           "--prefix-cache", "off", "--spec-type", "none")
     yield process
     assert process.stop() == 0, process.log()[-3000:]
 

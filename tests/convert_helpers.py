@@ -7,9 +7,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader
 
 from tests.fixtures.make_hf_folder import VERSION, Fixture, build
+from tests.gguf_files import read_gguf
 from worker.user_cache import cache_dir
 
 
@@ -26,7 +26,7 @@ def hf(model_path: Path):
 
 def tensors(path: Path) -> dict[str, tuple[str, tuple[int, ...], bytes]]:
     """Every tensor of a GGUF: (type, shape, bytes)."""
-    return {t.name: (t.tensor_type.name, tuple(t.shape.tolist()), t.data.tobytes()) for t in GGUFReader(path).tensors}
+    return {t.name: (t.tensor_type.name, tuple(t.shape.tolist()), t.data.tobytes()) for t in read_gguf(path).tensors}
 
 
 def mismatches(a: Path, b: Path) -> list[str]:

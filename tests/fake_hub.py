@@ -18,6 +18,7 @@ import asyncio
 import hashlib
 import threading
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 
 from aiohttp import web
@@ -48,7 +49,15 @@ class HubFile:
         return digest.hexdigest()
 
     def git_sha1(self) -> str:
-        return hashlib.sha1(b"blob %d\0" % self.size + self.read()).hexdigest()
+        """The blob id the hub lists and sends as ETag: asked for by every listing and HEAD, and a model's file is
+        ~100 MB to hash, so each file is hashed once a run (again if it is written again)."""
+        written = self.content.stat().st_mtime_ns if isinstance(self.content, Path) else 0
+        return _git_sha1(self, written)
+
+
+@cache
+def _git_sha1(file: HubFile, _written: int) -> str:
+    return hashlib.sha1(b"blob %d\0" % file.size + file.read()).hexdigest()
 
 
 @dataclass

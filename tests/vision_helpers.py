@@ -24,6 +24,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
+from tests.gguf_files import read_gguf
+
 PATCH = 16
 IMAGE_SIZE = 64  # 4 x 4 patches: 16 tokens an image
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH) ** 2
@@ -36,7 +38,7 @@ QUESTION = "Which colour is shown?"
 
 def token_embeddings(model: Path, words: tuple[str, ...]) -> np.ndarray:
     """Each word's input embedding (one token each) from the model's token_embd, dequantized: (len(words), n_embd)."""
-    reader = gguf.GGUFReader(model)
+    reader = read_gguf(model)
     tokens = _vocab(reader)
     table = next(t for t in reader.tensors if t.name == "token_embd.weight")
     rows = gguf.quants.dequantize(table.data, table.tensor_type)  # (n_vocab, n_embd)

@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 import pytest
-from gguf import GGUFReader
 
 from tests.conftest import start_worker
 from tests.convert_helpers import oracle, post
 from tests.fixtures.tiny_models import TINY, make_tiny
+from tests.gguf_files import read_gguf
 from worker.source.convert import Conversion, converted_model
 
 # GGUF key (after "<arch>.") -> config.json key
@@ -39,7 +39,7 @@ def test_tiny_model_converts_loads_and_generates(name, model_path, cache, tmp_pa
     folder = make_tiny(name, tmp_path / f"tiny-{name}", oracle(model_path).f32)
     config = json.loads((folder / "config.json").read_text())
     monkeypatch.setenv("LLM_WORKER_CACHE", str(cache))
-    fields = GGUFReader(converted_model(folder, Conversion())).fields
+    fields = read_gguf(converted_model(folder, Conversion())).fields
     arch = GGUF_ARCH[name]
     assert fields["general.architecture"].contents() == arch
     for key, config_key in METADATA.items():

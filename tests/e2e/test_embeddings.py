@@ -15,6 +15,7 @@ import pytest
 from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
 from tests.conftest import WorkerProcess, start_worker
+from tests.gguf_files import read_gguf
 from tests.helpers import completion_text, openai_once
 
 MODEL = "smollm2-135m-instruct"
@@ -48,7 +49,7 @@ def embedder(tmp_path_factory: pytest.TempPathFactory) -> WorkerProcess:
 @pytest.fixture(scope="module")
 def width(model_path: Path) -> int:
     """The model's embedding width, as the GGUF states it (576 for SmolLM2-135M)."""
-    reader = gguf.GGUFReader(model_path)
+    reader = read_gguf(model_path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     return int(reader.fields[f"{arch}.embedding_length"].parts[-1][0])
 
@@ -186,7 +187,7 @@ def test_pooling_override_takes_effect(tmp_path):
 
 
 def test_the_gguf_names_the_pooling_and_a_generative_one_gets_mean(tmp_path, model_path, embedder):
-    reader = gguf.GGUFReader(model_path)
+    reader = read_gguf(model_path)
     arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
     named = tmp_path / "pooling-last.gguf"
     copy_with_new_metadata(reader, gguf.GGUFWriter(named, arch=arch, endianess=reader.endianess),

@@ -24,13 +24,13 @@ EXAMPLE_TIMEOUT_S = 180
 
 
 @pytest.fixture(scope="module")
-def example_worker(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
+def example_worker(model_path: Path, adapter_base: Base, tmp_path_factory: pytest.TempPathFactory):
     """The default model as `make serve` serves it, plus --embeddings for api.md's embeddings example, the test
     projector for api.md's image example (tests/vision_helpers.py) and a LoRA adapter (one made from the
     model's own weights: bench/adapters.py) for the adapter examples."""
     folder = tmp_path_factory.mktemp("examples")
     projector = build_projector(model_path, folder / "mmproj-colours.gguf")
-    adapter = steering_adapter(Base.read(model_path), ZEBRA, folder / "my-adapter.gguf")
+    adapter = steering_adapter(adapter_base, ZEBRA, folder / "my-adapter.gguf")
     worker = start_worker(folder, "--embeddings", "--parallel", "4", "--ctx-size", "8192", "--mmproj", str(projector),
                           "--lora", str(adapter))
     yield worker

@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import REPO, free_port, start_worker
 from tests.convert_helpers import oracle, post
 from tests.fake_hub import FakeHub, HubFile, HubRepo
+from tests.gguf_files import read_gguf
 from tests.helpers import openai_once
 from tests.vision_helpers import COLOURS, build_projector, image_message, png
 from worker.user_cache import sha256_of
@@ -36,7 +37,7 @@ TOKEN = "hf_test_token"
 
 def split_gguf(source: Path, target: Path, parts: int) -> list[Path]:
     """The model rewritten by gguf-py as a split GGUF (llama.cpp's -0000k-of-0000n naming and split.* keys)."""
-    reader = gguf.GGUFReader(source)
+    reader = read_gguf(source)
     writer = gguf.GGUFWriter(target, reader.fields[gguf.Keys.General.ARCHITECTURE].contents(),
                              split_max_tensors=-(-len(reader.tensors) // parts))
     for field in reader.fields.values():

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import aiohttp
-import pytest
 
 from tests.conftest import WorkerProcess, start_worker
 from tests.helpers import execute
@@ -35,13 +34,6 @@ RAW_PROMPT = ("Notes for a museum guide. The printing press changed how ideas tr
 GREEDY = {"temperature": 0, "max_tokens": 24}
 SLOT = ("--parallel", "1", "--ctx-size", "2048")
 TWO_SLOTS = ("--parallel", "2", "--ctx-size", "4096")
-
-
-@pytest.fixture(scope="module")
-def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    process = start_worker(tmp_path_factory.mktemp("off"), *TWO_SLOTS, "--prefix-cache", "off", "--spec-type", "none")
-    yield process
-    assert process.stop() == 0, process.log()[-3000:]
 
 
 async def chat(http: aiohttp.ClientSession, url: str, messages: list[dict]) -> tuple[str, dict]:

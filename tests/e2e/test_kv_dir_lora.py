@@ -33,8 +33,8 @@ CONVERSATIONS = [
 
 
 @pytest.fixture(scope="module")
-def zebra(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return steering_adapter(Base.read(model_path), ZEBRA, tmp_path_factory.mktemp("adapters") / "zebra.gguf", "zebra")
+def zebra(adapter_base: Base, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return steering_adapter(adapter_base, ZEBRA, tmp_path_factory.mktemp("adapters") / "zebra.gguf", "zebra")
 
 
 async def chat(http: aiohttp.ClientSession, url: str, messages: list[dict], **extra: object) -> dict:

@@ -21,11 +21,10 @@ MILD = 0.004
 
 
 @pytest.fixture(scope="module")
-def adapters(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def adapters(adapter_base: Base, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     folder = tmp_path_factory.mktemp("adapters")
-    base = Base.read(model_path)
-    return (steering_adapter(base, ZEBRA, folder / "zebra.gguf", "zebra"),
-            steering_adapter(base, PURPLE, folder / "purple.gguf", "purple"))
+    return (steering_adapter(adapter_base, ZEBRA, folder / "zebra.gguf", "zebra"),
+            steering_adapter(adapter_base, PURPLE, folder / "purple.gguf", "purple"))
 
 
 @pytest.fixture(scope="module")

@@ -8,12 +8,12 @@ import json
 from pathlib import Path
 
 import aiohttp
-import gguf
 import ollama
 import openai
 import pytest
 
 from tests.conftest import WorkerProcess, template_worker
+from tests.gguf_files import read_gguf
 from tests.tools_helpers import HERMES_TEMPLATE, HISTORY, SCHEMAS, TOOLS
 
 MODEL = "smollm2-135m-instruct"
@@ -123,7 +123,7 @@ def test_the_model_routes_describe_the_served_gguf(base_url, model_path):
     assert (listed.details.format, listed.details.family, listed.details.quantization_level) == (
         "gguf", "llama", "Q4_1")
     shown = client.show(MODEL)
-    arch = gguf.GGUFReader(model_path).fields["general.architecture"]
+    arch = read_gguf(model_path).fields["general.architecture"]
     assert bytes(arch.parts[-1]).decode() == "llama"
     # A request here holds 2048 tokens (the shared worker: 8192 over 4 slots): what a client may send.
     assert shown.modelinfo["llama.context_length"] == 2048 and shown.modelinfo["general.parameter_count"] > 1e8

@@ -39,11 +39,19 @@ GREEDY = {"temperature": 0, "max_tokens": 40}
 
 
 @pytest.fixture(scope="module")
-def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
-    process = start_worker(tmp_path_factory.mktemp("off"), "--parallel", "4", "--ctx-size", "8192",
-                           "--prefix-cache", "off", "--spec-type", "none")
-    yield process
-    assert process.stop() == 0, process.log()[-3000:]
+def off_conversations(worker_off: WorkerProcess):
+    """`off`'s turns of QUESTIONS' conversations (or of their first turns), each conversation asked once a module:
+    off mode reuses nothing and drafts nothing, so its greedy answers are the same whoever asks and when."""
+    known: dict[tuple[str, ...], list[dict]] = {}
+
+    async def turns(http: aiohttp.ClientSession, questions: list[str]) -> list[dict]:
+        asked = tuple(questions)
+        held = next((whole for whole in known if whole[:len(asked)] == asked), None)
+        if held is None:
+            known[held := asked] = await converse(http, worker_off.url, questions)
+        return known[held][:len(asked)]
+
+    return turns
 
 
 async def converse(http: aiohttp.ClientSession, url: str, questions: list[str], stream: bool = False) -> list[dict]:
@@ -68,11 +76,11 @@ def cached(turns: list[dict]) -> list[int]:
     return [turn["usage"]["prompt_tokens_details"]["cached_tokens"] for turn in turns]
 
 
-async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url, worker_off):
+async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url, off_conversations):
     """The default build, the default flags: flash attention held to its per-row kernel makes an answer's cells
     bitwise what a prefill makes (the load-time check measures it), so each turn starts past the previous answer."""
     exact = [await converse(http, base_url, q) for q in QUESTIONS]
-    off = [await converse(http, worker_off.url, q) for q in QUESTIONS]
+    off = [await off_conversations(http, q) for q in QUESTIONS]
     assert [[t["answer"] for t in c] for c in exact] == [[t["answer"] for t in c] for c in off]
     for conversation in exact:
         hits = cached(conversation)
@@ -111,31 +119,32 @@ async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_wh
 @dataclass(frozen=True)
 class SideBySide:
     exact: WorkerProcess  # stopped; its log stays readable
-    off: WorkerProcess
+    off: WorkerProcess  # stopped too, where this started it
     exactness: dict  # the exact worker's /health "exactness"
 
 
-async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, model: Path,
-                                   *exact_flags: str) -> SideBySide:
+async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, model: Path, *exact_flags: str,
+                                   off: WorkerProcess | None = None) -> SideBySide:
     """Two conversations side by side on an exact worker serving `model` (with `exact_flags`), one after another
-    on an `off` one: the same answers, and each exact turn starts past the previous prompt (the previous answer's
-    cells reused)."""
+    on an `off` one (`off`, one already serving `model`, or one started here): the same answers, and each exact turn
+    starts past the previous prompt (the previous answer's cells reused)."""
     flags = ("--model", str(model), "--parallel", "2", "--ctx-size", "4096")
-    # The reference decodes one token a step: `off` without drafts (--spec-type auto would draft there too).
     exact = start_worker(tmp_path, *flags, *exact_flags)
-    off = start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none")
+    started = off is None
+    # The reference decodes one token a step: `off` without drafts (--spec-type auto would draft there too).
+    reference = start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none") if off is None else off
     try:
         reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
-        cold = [await converse(http, off.url, q) for q in QUESTIONS[:2]]
+        cold = [await converse(http, reference.url, q) for q in QUESTIONS[:2]]
         async with http.get(exact.url + "/health") as response:
             exactness = (await response.json())["exactness"]
     finally:
-        assert exact.stop() == 0 and off.stop() == 0
+        assert exact.stop() == 0 and (not started or reference.stop() == 0)
     assert [[t["answer"] for t in c] for c in reused] == [[t["answer"] for t in c] for c in cold]
     for conversation in reused:
         hits = cached(conversation)
         assert all(hit > prev["usage"]["prompt_tokens"] for prev, hit in zip(conversation, hits[1:])), hits
-    return SideBySide(exact, off, exactness)
+    return SideBySide(exact, reference, exactness)
 
 
 async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):
@@ -207,30 +216,29 @@ async def test_long_prompts_concurrently_equal_alone(http, base_url, worker_off)
     """Four ~700-token prompts at once give the text each gives alone, on a cold and a warm cache."""
     prompts = long_prompts()
     body = lambda p: {"prompt": p, "temperature": 0, "max_tokens": 48}  # noqa: E731
-    alone = [completion_text(await openai_once(http, worker_off.url + "/v1/completions", body(p)))
-             for p in prompts]
-    usage = (await openai_once(http, worker_off.url + "/v1/completions", body(prompts[0])))["usage"]
-    assert usage["prompt_tokens"] > 600
+    cold = [await openai_once(http, worker_off.url + "/v1/completions", body(p)) for p in prompts]
+    alone = [completion_text(result) for result in cold]
+    assert cold[0]["usage"]["prompt_tokens"] > 600
     for url in (worker_off.url, base_url, base_url):  # off, exact with a cold cache, exact with a warm one
         together = await asyncio.gather(*(openai_once(http, url + "/v1/completions", body(p)) for p in prompts))
         assert [completion_text(r) for r in together] == alone, url
     assert all(r["usage"]["prompt_tokens_details"]["cached_tokens"] > 512 for r in together)
 
 
-async def test_eviction_with_more_conversations_than_slots(http, model_path, worker_off, tmp_path):
+async def test_eviction_with_more_conversations_than_slots(http, model_path, off_conversations, tmp_path):
     """Two slots, three conversations taking turns: slots are reused least recently used first."""
     small = start_worker(tmp_path, "--parallel", "2", "--ctx-size", "4096")
     try:
         interleaved = await asyncio.gather(*(converse(http, small.url, q) for q in QUESTIONS))
     finally:
         assert small.stop() == 0, small.log()[-3000:]
-    off = [await converse(http, worker_off.url, q) for q in QUESTIONS]
+    off = [await off_conversations(http, q) for q in QUESTIONS]
     assert [[t["answer"] for t in c] for c in interleaved] == [[t["answer"] for t in c] for c in off]
     # The shared system prompt's chunks are found in whichever slot a conversation lands in.
     assert all(hit >= 64 for c in interleaved for hit in cached(c)[1:])  # the system prompt alone is ~90 tokens
 
 
-async def test_conversations_outnumbering_slots_come_back_from_host_memory(http, worker_off, tmp_path):
+async def test_conversations_outnumbering_slots_come_back_from_host_memory(http, off_conversations, tmp_path):
     """One slot, two conversations taking turns: each turn pushes the other's cells out of the slot into host
     memory (--cache-ram), and the other's next turn loads them back: it reuses its whole history, and every
     answer is what a cold worker gives."""
@@ -252,7 +260,7 @@ async def test_conversations_outnumbering_slots_come_back_from_host_memory(http,
         assert one_slot.stop() == 0, one_slot.log()[-3000:]
     held = next(line for line in metrics.splitlines() if line.startswith("llm_worker_cache_ram_bytes"))
     assert float(held.split()[-1]) > 0  # the conversation not in the slot is in host memory
-    cold = [[t["answer"] for t in await converse(http, worker_off.url, QUESTIONS[c][:3])] for c in range(2)]
+    cold = [[t["answer"] for t in await off_conversations(http, QUESTIONS[c][:3])] for c in range(2)]
     assert answers == cold
     for usage in usages:  # the system prompt alone is ~90 tokens; each turn's prompt holds the one before
         assert all(later["prompt_tokens_details"]["cached_tokens"] >= earlier["prompt_tokens"]
@@ -342,7 +350,8 @@ def test_tiny_gemma3_q4_k_m_multi_turn_exact_equals_off(model_path, tmp_path):
     texts = {}
     for mode in ("exact", "off"):
         worker = start_worker(tmp_path, "--model", str(folder), "--quantize", "q4_k_m", "--parallel", "1",
-                              "--ctx-size", "1024", "--prefix-cache", mode, env=env)
+                              "--ctx-size", "1024", "--prefix-cache", mode,
+                              *(("--spec-type", "none") if mode == "off" else ()), env=env)
         try:
             texts[mode] = _grow_prompt(worker)
         finally:

@@ -35,6 +35,12 @@ def tiny(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
     return model
 
 
+def _mode(mode: str) -> tuple[str, ...]:
+    """The flags of a --prefix-cache mode; the `off` reference decodes one token a step (--spec-type auto would draft
+    there too, and a draft that changed the text would then change both sides alike)."""
+    return ("--prefix-cache", mode, *(("--spec-type", "none") if mode == "off" else ()))
+
+
 def _post(worker: WorkerProcess, path: str, body: dict) -> tuple[int, dict]:
     request = urllib.request.Request(worker.url + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
@@ -85,7 +91,7 @@ def _workload(worker: WorkerProcess) -> tuple[list[str], list[int], list[tuple[i
 
 
 def _served(tmp_path: Path, model: Path, mode: str, *flags: str) -> tuple[dict, tuple]:
-    worker = start_worker(tmp_path, "--model", str(model), "--prefix-cache", mode, "--parallel", "2",
+    worker = start_worker(tmp_path, "--model", str(model), *_mode(mode), "--parallel", "2",
                           "--ctx-size", "4096", *flags)
     try:
         with urllib.request.urlopen(worker.url + "/health", timeout=10) as response:
@@ -149,7 +155,7 @@ def test_host_memory_keeps_a_conversation_with_its_checkpoints(tiny, tmp_path):
     second takes the slot, and its next turn goes on from a checkpoint there, as off answers it."""
     answers = {}
     for mode in ("exact", "off"):
-        worker = start_worker(tmp_path, "--model", str(tiny("qwen35")), "--prefix-cache", mode, "--parallel", "1")
+        worker = start_worker(tmp_path, "--model", str(tiny("qwen35")), *_mode(mode), "--parallel", "1")
         try:
             first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
             other = [{"role": "user", "content": "A different question about mountains, please."}]
@@ -176,7 +182,7 @@ def test_kv_dir_brings_a_recurrent_state_back_whole(tiny, tmp_path):
         assert first.stop() == 0, first.log()[-3000:]
     texts = {}
     for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
-        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--prefix-cache", mode, *flags)
+        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), *_mode(mode), *flags)
         try:
             status, body = _post(worker, "/v1/completions", longer)
             assert status == 200, body
@@ -202,7 +208,7 @@ def test_kv_dir_keeps_a_conversations_checkpoints_across_a_restart(tiny, tmp_pat
                  {"role": "user", "content": "And about lakes?"}]
     answers = {}
     for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
-        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--prefix-cache", mode, *flags)
+        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), *_mode(mode), *flags)
         try:
             answers[mode] = _answer_and_cached(worker, following)
         finally:
@@ -216,7 +222,7 @@ def test_a_new_conversation_goes_on_from_a_shared_system_prompts_checkpoint(tiny
     starts from there (copied from the first one's slot), with off's text."""
     answers = {}
     for mode in ("exact", "off"):
-        worker = start_worker(tmp_path, "--model", str(tiny(kind)), "--prefix-cache", mode, "--parallel", "2")
+        worker = start_worker(tmp_path, "--model", str(tiny(kind)), *_mode(mode), "--parallel", "2")
         try:
             assert _chat(worker, [{"role": "system", "content": SYSTEM},
                                   {"role": "user", "content": "Tell me about rivers."}])[0] == 200
@@ -240,7 +246,7 @@ def test_an_edited_last_message_goes_on_from_where_it_starts(tiny, tmp_path, kin
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
     answers = {}
     for mode in ("exact", "off"):
-        worker = start_worker(tmp_path, "--model", str(tiny(kind)), "--prefix-cache", mode, "--parallel", "1")
+        worker = start_worker(tmp_path, "--model", str(tiny(kind)), *_mode(mode), "--parallel", "1")
         try:
             status, first = _chat(worker, history)
             assert status == 200, first

@@ -10,11 +10,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader, GGUFValueType, GGUFWriter, Keys, PoolingType
+from gguf import GGUFValueType, GGUFWriter, Keys, PoolingType
 
 from tests.conftest import start_worker
 from tests.convert_helpers import oracle, post
 from tests.fixtures.tiny_models import make_tiny
+from tests.gguf_files import read_gguf
 from worker.source.convert import Conversion, converted_model
 
 TEMPLATE = "<|im_start|>user\nQuery: {query}\nDocument: {document}<|im_end|>\n<|im_start|>assistant\n"
@@ -24,7 +25,7 @@ DOCUMENTS = ["Lions live in Africa.", "The piano has 88 keys.", "Rain falls from
 
 def rewritten(source: Path, out: Path, head: tuple[int, int] | None) -> Path:
     """`source` with a rerank template, and with `head` (the yes and no token ids) also a rank head and pooling."""
-    reader = GGUFReader(source)
+    reader = read_gguf(source)
     arch = reader.fields[Keys.General.ARCHITECTURE].contents()
     writer = GGUFWriter(out, arch)
     for field in reader.fields.values():

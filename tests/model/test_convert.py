@@ -12,10 +12,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from gguf import GGUFReader
 from gguf.quants import dequantize
 
 from tests.convert_helpers import hf, mismatches  # noqa: F401 (a fixture)
+from tests.gguf_files import read_gguf
 from worker.engine import quantize_model
 from worker.source.convert import Conversion, converted_model
 from worker.source.convert.write import convert_folder
@@ -41,14 +41,14 @@ def test_bf16_input_equals_f32_input_for_bf16_output(hf, tmp_path):
     convert_folder(hf.f32, tmp_path / "from-f32.gguf", "bf16")
     convert_folder(hf.bf16, tmp_path / "from-bf16.gguf", "bf16")
     assert mismatches(tmp_path / "from-f32.gguf", tmp_path / "from-bf16.gguf") == []
-    types = {t.tensor_type.name for t in GGUFReader(tmp_path / "from-bf16.gguf").tensors}
+    types = {t.tensor_type.name for t in read_gguf(tmp_path / "from-bf16.gguf").tensors}
     assert types == {"BF16", "F32"}
 
 
 def test_q8_0_is_within_one_step_of_the_reference(hf, tmp_path):
     convert_folder(hf.f32, tmp_path / "q8.gguf", "q8_0")
-    reference = {t.name: t for t in GGUFReader(hf.reference_f16).tensors}
-    for t in GGUFReader(tmp_path / "q8.gguf").tensors:
+    reference = {t.name: t for t in read_gguf(hf.reference_f16).tensors}
+    for t in read_gguf(tmp_path / "q8.gguf").tensors:
         ref = dequantize(reference[t.name].data, reference[t.name].tensor_type).reshape(-1, 32)
         if t.tensor_type.name == "F32":  # norms stay f32, exactly
             assert t.data.tobytes() == reference[t.name].data.tobytes(), t.name
