@@ -40,5 +40,14 @@ def test_a_restart_reuses_the_load_time_check_and_a_changed_flag_measures_again(
     assert records == [".json", ".json", ".passes.json", ".passes.json"], records
 
 
+def test_the_same_context_asked_for_in_other_words_reuses_the_check(tmp_path):
+    """--ctx-size 0 is the model's training context (8,192 tokens for the test model): a start that names 8192
+    makes the same context, and reuses the check and the passes."""
+    _, first = _started(tmp_path, "--ctx-size", "0")
+    _, second = _started(tmp_path, "--ctx-size", "8192")
+    assert '"load_check_reused"' not in first and '"load_check_reused"' in second, second[-3000:]
+    assert '"passes_reused"' in second, second[-3000:]
+
+
 def _logged(log: str, event: str) -> dict:
     return json.loads(next(line for line in log.splitlines() if f'"event": "{event}"' in line))
