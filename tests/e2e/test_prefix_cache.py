@@ -258,6 +258,8 @@ async def test_conversations_outnumbering_slots_come_back_from_host_memory(http,
             metrics = await response.text()
     finally:
         assert one_slot.stop() == 0, one_slot.log()[-3000:]
+    # Its load-time check asked nothing of a second slot (llama.cpp logs an error for a slot it does not have).
+    assert '"level": "error"' not in one_slot.log(), one_slot.log()[-3000:]
     held = next(line for line in metrics.splitlines() if line.startswith("llm_worker_cache_ram_bytes"))
     assert float(held.split()[-1]) > 0  # the conversation not in the slot is in host memory
     cold = [[t["answer"] for t in await off_conversations(http, QUESTIONS[c][:3])] for c in range(2)]
