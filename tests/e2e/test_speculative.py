@@ -111,18 +111,20 @@ async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
 
 async def test_the_default_drafts_by_prompt_lookup_where_drafts_keep_the_text(http, tmp_path):
     """--spec-type auto, the default: in exact mode on the cpu backend the load-time check confirms that drafted rows
-    compute as one-token decodes, so a worker with the shared one's flags drafts, and a copying answer keeps drafted
+    compute as one-token decodes, so a worker with the shared one's flags drafts, and copying answers keep drafted
     tokens. Its own worker, not the shared one: where a worker drafts depends on the acceptance it has learnt and the
     pass costs it re-timed under load (draft_rule.py), and the shared one's come from every test before this one (a
-    run whose earlier tests had taught it little acceptance drafted 8 tokens and kept none). The same flags reuse the
-    shared worker's check and pass costs (check_record.py): a start of about 2 s."""
+    run whose earlier tests had taught it little acceptance drafted 8 tokens and kept none). Every copying prompt, one
+    after another, as a user's would come: one answer alone drafted once, had that token rejected and drafted no more
+    (drafted 1, kept 0), where the acceptance a fresh worker learns from one answer was all it had. The same flags
+    reuse the shared worker's check and pass costs (check_record.py): a start of about 2 s."""
     default = start_worker(tmp_path, *FLAGS)
     try:
         async with http.get(default.url + "/health") as response:
             exactness = (await response.json())["exactness"]
         assert exactness["speculative"] == "ngram" and exactness["drafts_keep_text"] is True, exactness
         before = await draft_counters(http, default.url)
-        await answers(http, default.url, COPYING[:1], False)
+        await answers(http, default.url, COPYING, False)
         after = await draft_counters(http, default.url)
     finally:
         stopped = default.stop()
