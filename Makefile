@@ -1,11 +1,12 @@
 # Two commands do everything on a fresh machine:
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
-#   make test    venv, install, fetch the test model, run every test but the slow ones
+#   make test    venv, install, fetch the test model, run every test but the probes and the slow ones
 #   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
 #   make lint    ruff, mypy and import-linter (their rules: pyproject.toml); make test runs it first
-#   make test-slow  the tests that compile llama.cpp again, build a Docker image or probe kernels (tens of minutes)
-#   make test-probes  of those, the batch-invariance probes of the patched kernels, per weight type and at 1-4 threads
-#                     (~9 minutes): after a change to patches/ or the build; CI runs it after make test
+#   make test-probes  the probes that run long by design (~15 minutes): the batch-invariance probes of the patched
+#                     kernels per weight type and at 1-4 threads (after a change to patches/ or the build), the
+#                     fuzzer, the 2,000-request soak, whole-model conversions; CI runs it after make test
+#   make test-slow  the tests that compile llama.cpp again, build a Docker image or need a GPU (tens of minutes)
 #   make test-builds  of those, the one that builds a llama.cpp variant (rpc), ~5-10 minutes, cached after;
 #                     CI runs it after those, time allowing
 #   make test-gpu   of those, the GPU backends: Vulkan on Mesa's lavapipe, CUDA compiled for one architecture,
@@ -59,7 +60,7 @@ test-slow: install
 	$(BIN)/python -m pytest -q -m slow
 
 test-probes: install
-	$(BIN)/python -m pytest -q -m slow tests/model/test_batch_invariant_kernels.py
+	$(BIN)/python -m pytest -q -m probe
 
 test-builds: install
 	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py

@@ -1,10 +1,15 @@
 """A converted SafeTensors folder, served, answers as llama.cpp's own F16 of the test model does (see
-tests/model/test_convert.py)."""
+tests/model/test_convert.py). A probe (two 135M workers at 8 slots and a whole conversion, ~60 s on 2 cores): make
+test-probes, which CI runs after make test."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.conftest import start_worker
 from tests.convert_helpers import hf, post  # noqa: F401 (a fixture)
+
+pytestmark = pytest.mark.probe
 
 PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time, in a small village,",
            "List three colors:"]

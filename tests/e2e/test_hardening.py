@@ -126,6 +126,7 @@ def process_facts(pid: int) -> tuple[int, int, int]:
 RSS_GROWTH_BOUND = 16 * 1024 * 1024
 
 
+@pytest.mark.probe  # a soak: ~70 s on 2 cores (make test-probes)
 async def test_no_leaks_over_2000_requests(http, worker):
     async def burst(n: int, offset: int) -> None:
         async def one(i: int) -> None:

@@ -32,7 +32,7 @@ def _gaps(path: Path, qtype: str, threads: int = 2) -> dict[str, float]:
     return json.loads(run.stdout.splitlines()[-1])
 
 
-@pytest.mark.slow
+@pytest.mark.probe
 @pytest.mark.parametrize("qtype", TYPES)
 def test_a_row_ignores_its_batch_its_cuts_and_where_its_cells_came_from(qtype, model_path, quantized):
     """Each type at the 2 threads the tests run with. A probe of the patched kernels (~30 s a type on 2 cores): make
@@ -42,13 +42,13 @@ def test_a_row_ignores_its_batch_its_cuts_and_where_its_cells_came_from(qtype, m
     assert gaps == dict.fromkeys(gaps, 0.0), gaps
 
 
-@pytest.mark.slow
+@pytest.mark.probe
 @pytest.mark.parametrize(("qtype", "threads"), [("q4_1", 1), ("q4_1", 3), ("q4_1", 4), ("q4_k_m", 3)])
 def test_at_any_thread_count_as_at_two(qtype, threads, model_path, quantized):
     """patches/README.md: a row's sums do not depend on how many threads share them (0005's segments are fixed
     cells, not one per thread). Every case at 1, 3 and 4 threads (past the 2 cores: only bits are compared), and
     the prompt's logits against 2 threads'; K-quants (0003's tiled vec_dot) at 3, which splits rows unevenly. Each
-    type at 2 threads: the test above. A slow probe too (about 3.5 minutes on 2 cores): make test-probes runs it; the
+    type at 2 threads: the test above. A probe too (about 3.5 minutes on 2 cores): make test-probes runs it; the
     worker itself runs at the one thread count it is given."""
     gaps = _gaps(model_path if qtype == "q4_1" else quantized(qtype), qtype, threads)
     assert "2 threads" in gaps and gaps == dict.fromkeys(gaps, 0.0), gaps

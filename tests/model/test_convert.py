@@ -3,6 +3,10 @@
 A Q4 model and its F16 dequantization do not give the same greedy text, so the converted
 model is never compared with the Q4 original: only with llama.cpp's dequantization of it
 (served, in tests/e2e/test_convert.py).
+
+The whole-model comparisons are probes (~10 s each on 2 cores: make test-probes, which CI runs after make test);
+make test keeps the converted cache and the tokenizer, and tests/e2e/test_convert_archs.py converts and serves a tiny
+model of each architecture.
 """
 
 from __future__ import annotations
@@ -28,15 +32,18 @@ def converted_f16(hf, tmp_path_factory) -> Path:
     return out
 
 
+@pytest.mark.probe
 def test_f16_equals_llama_cpp_dequantization_byte_for_byte(hf, converted_f16):
     assert mismatches(converted_f16, hf.reference_f16) == []
 
 
+@pytest.mark.probe
 def test_sharded_input_gives_the_same_file(hf, converted_f16, tmp_path):
     convert_folder(hf.sharded, tmp_path / "sharded.gguf", "f16")
     assert mismatches(tmp_path / "sharded.gguf", converted_f16) == []
 
 
+@pytest.mark.probe
 def test_bf16_input_equals_f32_input_for_bf16_output(hf, tmp_path):
     convert_folder(hf.f32, tmp_path / "from-f32.gguf", "bf16")
     convert_folder(hf.bf16, tmp_path / "from-bf16.gguf", "bf16")
@@ -45,6 +52,7 @@ def test_bf16_input_equals_f32_input_for_bf16_output(hf, tmp_path):
     assert types == {"BF16", "F32"}
 
 
+@pytest.mark.probe
 def test_q8_0_is_within_one_step_of_the_reference(hf, tmp_path):
     convert_folder(hf.f32, tmp_path / "q8.gguf", "q8_0")
     reference = {t.name: t for t in read_gguf(hf.reference_f16).tensors}
@@ -59,6 +67,7 @@ def test_q8_0_is_within_one_step_of_the_reference(hf, tmp_path):
         assert (np.abs(got - ref) <= step * 1.0001 + 1e-7).all(), t.name
 
 
+@pytest.mark.probe
 def test_quantize_q4_k_m_equals_llama_quantize_of_the_reference(hf, tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path))
     path = converted_model(hf.f32, Conversion("f16", "q4_k_m", quantize_model))

@@ -4,6 +4,7 @@ nothing it depends on changed, and a record it cannot read is measured again, ne
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -51,6 +52,21 @@ def test_a_record_is_found_by_the_same_start_only(model):
     changed["the model file rewritten"] = key_of(config, [model], NUMERICS)
     assert all(recorded(other) is None for other in changed.values()), changed
     assert len({key, *changed.values()}) == len(changed) + 1
+
+
+def test_flags_that_reach_neither_the_check_nor_its_context_share_its_record(model):
+    """The queue, the stores of cells, the reasoning split, the pooled contexts and --draft-min change no logits the
+    check compares, nor --spec-type ngram where auto drafts by prompt lookup too; what the context is made with does."""
+    config = EngineConfig(parallel=2, threads=2, spec_type="auto")  # exact mode: prompt lookup on the cpu backend
+    key = key_of(config, [model], NUMERICS)
+    served = replace(config, spec_type="ngram", max_queue=3, cache_ram=0, kv_dir=model.parent, kv_dir_mib=1,
+                     reasoning_format="none", embeddings=True, pooling="cls", draft_min=2)
+    assert key_of(served, [model], NUMERICS) == key
+    checked = {"no drafts": replace(config, spec_type="none"), "drafts of a model": replace(config, spec_type="draft"),
+               "longer drafts": replace(config, draft_max=4), "another context": replace(config, ctx_size=1024),
+               "another micro-batch": replace(config, ubatch_size=128),
+               "fast mode": replace(config, prefix_cache="fast")}
+    assert all(key_of(other, [model], NUMERICS) != key for other in checked.values())
 
 
 @pytest.mark.parametrize("content", ['{"decoded_cells_exact": tru', '{"decoded_cells_exact": true}', "[]"])

@@ -1,9 +1,9 @@
-"""The load-time check's answer and the draft passes' costs, kept for the next start that would measure the same
-thing: the same model and adapter files, flags, llama.cpp libraries, ggml switches, CPU and worker code
-(kv/fingerprint.py's parts, and the rest of the flags). A restart (a pool manager's, a developer's, a test's) then
-skips the check, ~2 s of a 5 s start on 2 cores, and the passes' timing, ~1 s more; change any of them and it measures
-again. On the CPU backend alone, where the check's yes is trusted (load_check.py): a GPU's kernels also depend on its
-device and driver, which the fingerprint does not name."""
+"""The load-time check's answer and the draft passes' costs, kept for the next start that would measure the same thing:
+the same model and adapter files, flags, llama.cpp libraries, ggml switches, CPU and worker code (kv/fingerprint.py's
+parts, and the rest of the flags but those that reach neither the check nor the context it decodes in). A restart (a
+pool manager's, a developer's, a test's) then skips the check, ~2 s of a 5 s start on 2 cores, and the passes'
+timing, ~1 s more; change any of them and it measures again. On the CPU backend alone, where the check's yes is
+trusted (load_check.py): a GPU's kernels also depend on its device and driver, which the fingerprint does not name."""
 
 from __future__ import annotations
 
@@ -30,6 +30,11 @@ T = TypeVar("T")
 RECORDS_ENV = "LLM_WORKER_CHECKS"  # the folder of records; unset: load-checks/ in the user cache
 CHECK, PASSES = "", ".passes"  # what a record holds, by the end of its name: the check's answer, the passes' costs
 WORKER = Path(__file__).resolve().parents[2]
+# Flags that reach neither the check nor the context it decodes in (native/model.py): the request queue, the host and
+# disk stores of cells, the reasoning split, the pooled contexts of /v1/embeddings, the least draft worth verifying.
+# A start that changes only these measures what the last one did.
+UNCHECKED = ("max_queue", "cache_ram", "kv_dir", "kv_dir_mib", "reasoning_format", "embeddings", "pooling", "draft_min")
+_DEFAULTS = EngineConfig()
 
 
 def records_dir() -> Path:
@@ -47,10 +52,17 @@ def check_key(model: LlamaModel) -> str | None:
 
 def key_of(config: EngineConfig, files: list[Path], numerics: dict[str, str]) -> str:
     """The record's name: the files by path, size and time (hashing a multi-gigabyte model would cost more than the
-    check), every flag, the worker's code, and the numerics' parts."""
+    check), every flag but UNCHECKED, the worker's code, and the numerics' parts."""
     files = [*files, *(path for path in (config.model_draft, config.mmproj) if path), *(a.path for a in config.lora)]
     return Fingerprint.of({**numerics, "files": ";".join(file_identity(path) for path in files),
-                           "config": repr(config), "code": _code_digest()}).digest
+                           "config": repr(_checked(config)), "code": _code_digest()}).digest
+
+
+def _checked(config: EngineConfig) -> EngineConfig:
+    """The flags the check's answer depends on: UNCHECKED at their defaults, and the drafts the engine starts with
+    (--spec-type auto and ngram draft alike where rows are kept apart) in place of the flag that asked for them."""
+    return dataclasses.replace(config, spec_type=config.drafting,
+                               **{name: getattr(_DEFAULTS, name) for name in UNCHECKED})
 
 
 def recorded_or(key: str | None, measure: Callable[[], Numerics]) -> Numerics:
