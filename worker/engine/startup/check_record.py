@@ -1,7 +1,7 @@
 """The load-time check's answer and the draft passes' costs, kept for the next start that would measure the same thing:
 the same model and adapter files, flags, llama.cpp libraries, ggml switches, CPU and worker code (kv/fingerprint.py's
 parts, and the rest of the flags but those that reach neither the check nor the context it decodes in). A restart (a
-pool manager's, a developer's, a test's) then skips the check, ~2 s of a 5 s start on 2 cores, and the passes'
+pool manager's, a developer's, a test's) then skips the check, ~1.2 s of a 4 s start on 2 cores, and the passes'
 timing, ~1 s more; change any of them and it measures again. On the CPU backend alone, where the check's yes is
 trusted (load_check.py): a GPU's kernels also depend on its device and driver, which the fingerprint does not name."""
 

@@ -65,7 +65,8 @@ def measure(model: LlamaModel) -> Numerics:
     if model.n_ctx_seq < PROBE_TOKENS or config.micro_batch < PROBE_TOKENS:
         return Numerics(None, None)
     every_adapter = AdapterSet.of(dict.fromkeys(range(len(model.adapters.adapters)), 1.0))
-    found = [_measured(model, adapters) for adapters in dict.fromkeys((NO_ADAPTERS, every_adapter))]
+    with _Probe(model) as probe:
+        found = [_measured(probe, adapters) for adapters in dict.fromkeys((NO_ADAPTERS, every_adapter))]
     model.adapters.use(NO_ADAPTERS)
 
     def agreed(index: int) -> bool | None:
@@ -76,157 +77,158 @@ def measure(model: LlamaModel) -> Numerics:
                     verify_rows_exact=agreed(2), moved_cells_exact=agreed(3))
 
 
-def _measured(model: LlamaModel, adapters: AdapterSet) -> tuple[bool, bool, bool | None, bool | None]:
-    """decoded cells exact, rows independent of their batch, verify rows exact (None: no drafts), moved cells exact
-    (None: one slot), under `adapters`."""
-    config = model.config
-    model.adapters.use(adapters)
-    verify = verify_rows_match_decodes(model) if config.drafting is not SpecType.NONE else None
-    several = config.parallel > 1
-    return (decode_matches_prefill(model), row_ignores_batch(model) if several else True, verify,
-            moved_cells_match(model) if several else None)
-
-
 def decode_matches_prefill(model: LlamaModel) -> bool:
-    """The measurement itself: prefill the probe, then make its tail again in each shape; the same logits?"""
-    tokens = _probe_tokens(model)
-    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
-    try:
-        cold = _logits_after(model, batch, tokens, [(0, PROBE_TOKENS)])
-        for kept, decoded in SHAPES:
-            _keep(model, batch, tokens, 0, kept)
-            one_by_one = [(pos, pos + 1) for pos in range(kept, kept + decoded)]
-            tail = (kept + decoded, PROBE_TOKENS)
-            if cold is None or _logits_after(model, batch, tokens, [*one_by_one, tail]) != cold:
-                return False
-        return True
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        llama_cpp.llama_memory_seq_rm(model.memory, 0, -1, -1)
+    """The first measurement alone (the probes in bench/probes/ ask it of shapes of their own)."""
+    with _Probe(model) as probe:
+        return _decode_matches_prefill(probe)
 
 
-def row_ignores_batch(model: LlamaModel) -> bool:
+class _Probe:
+    """The probe's tokens and one batch for the measurements, which run one after another and start from the cells
+    the last one left: each makes its own prefix of the probe from what slot 0 holds (hold()), so that the
+    64-token prefill is made once, not once a measurement (~0.3 s each on 2 cores). A measurement compares two
+    ways of making the same rows from the same cells, so where those cells came from does not change its answer.
+    Leaves the slots it used empty."""
+
+    def __init__(self, model: LlamaModel) -> None:
+        self.model = model
+        self.tokens = [(101 + 7 * i) % model.n_vocab for i in range(PROBE_TOKENS)]
+        self.batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
+
+    def __enter__(self) -> _Probe:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        llama_cpp.llama_batch_free(self.batch)
+        for slot in range(min(2, self.model.config.parallel)):  # llama.cpp logs an error for a slot it does not have
+            llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+
+    def hold(self, slot: int, kept: int) -> None:
+        """Leave the slot holding the probe's first `kept` tokens: what it holds cut back where the memory allows it,
+        else (a recurrent state: native/memory.py) dropped whole and those tokens prefilled again as one chunk."""
+        memory = self.model.memory
+        held = llama_cpp.llama_memory_seq_pos_max(memory, slot) + 1
+        if held == kept or (held > kept and self.model.memory_kind.cuts_anywhere
+                            and llama_cpp.llama_memory_seq_rm(memory, slot, kept, -1)):
+            return
+        llama_cpp.llama_memory_seq_rm(memory, slot, -1, -1)
+        if kept:
+            self.decode([(self.tokens[pos], pos, slot, False) for pos in range(kept)])
+
+    def logits_after(self, chunks: list[tuple[int, int]]) -> bytes | None:
+        """Decode each chunk of the probe in slot 0 as one llama_decode call; the logits of its last row (None if a
+        call failed)."""
+        logits, last = None, PROBE_TOKENS - 1
+        for start, end in chunks:
+            decoded = self.decode([(self.tokens[pos], pos, 0, pos == last) for pos in range(start, end)])
+            if decoded is False:
+                return None
+            logits = decoded
+        return logits
+
+    def decode(self, rows: list[tuple[int, int, int, bool]]) -> bytes | Literal[False] | None:
+        """One llama_decode over (token, position, slot, wants logits) rows: the first wanted row's logits, None if
+        no row wants them, False if the call failed."""
+        batch, wanted = self.batch, None
+        for i, (token, pos, slot, want) in enumerate(rows):
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
+            batch.seq_id[i][0], batch.logits[i] = slot, want
+            if want and wanted is None:
+                wanted = i
+        batch.n_tokens = len(rows)
+        if llama_cpp.llama_decode(self.model.ctx, batch) != 0:
+            return False
+        if wanted is None:
+            return None
+        return self.row_logits(wanted)
+
+    def row_logits(self, row: int) -> bytes:
+        """The last call's logits of batch row `row`, as bytes (compared bitwise)."""
+        size = self.model.n_vocab * ctypes.sizeof(ctypes.c_float)
+        return ctypes.string_at(llama_cpp.llama_get_logits_ith(self.model.ctx, row), size)
+
+
+def _measured(probe: _Probe, adapters: AdapterSet) -> tuple[bool, bool, bool | None, bool | None]:
+    """decoded cells exact, rows independent of their batch, verify rows exact (None: no drafts), moved cells exact
+    (None: one slot), under `adapters`: the first measurement prefills the probe cold, under them."""
+    config = probe.model.config
+    probe.model.adapters.use(adapters)
+    several = config.parallel > 1
+    decoded_exact = _decode_matches_prefill(probe)
+    independent = _row_ignores_batch(probe) if several else True
+    verify = _verify_rows_match_decodes(probe) if config.drafting is not SpecType.NONE else None
+    return decoded_exact, independent, verify, _moved_cells_match(probe) if several else None
+
+
+def _decode_matches_prefill(probe: _Probe) -> bool:
+    """The measurement itself: prefill the probe in an emptied slot, then make its tail again in each shape; the
+    same logits?"""
+    probe.hold(0, 0)
+    cold = probe.logits_after([(0, PROBE_TOKENS)])
+    for kept, decoded in SHAPES:
+        probe.hold(0, kept)
+        one_by_one = [(pos, pos + 1) for pos in range(kept, kept + decoded)]
+        tail = (kept + decoded, PROBE_TOKENS)
+        if cold is None or probe.logits_after([*one_by_one, tail]) != cold:
+            return False
+    return True
+
+
+def _row_ignores_batch(probe: _Probe) -> bool:
     """Slot 0's next row decoded alone, then beside slot 1's rows in the same call (a decode row, then a prefill
     chunk, as the engine's steps mix them): the same logits?"""
-    tokens = _probe_tokens(model)
-    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
     last = PROBE_TOKENS - 1
-    row = (tokens[last], last, 0, True)
-    try:
-        _logits_after(model, batch, tokens[:last], [(0, last)])
-        alone = _decode_rows(model, batch, [row])
-        for beside in (1, BESIDE_ROWS):
-            _keep(model, batch, tokens, 0, last)
-            _keep(model, batch, tokens, 1, 0)
-            others = [(tokens[pos], pos, 1, False) for pos in range(beside)]
-            if not alone or _decode_rows(model, batch, [row, *others]) != alone:
-                return False
-        return True
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        for slot in (0, 1):
-            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+    row = (probe.tokens[last], last, 0, True)
+    probe.hold(0, last)
+    probe.hold(1, 0)
+    alone = probe.decode([row])
+    for beside in (1, BESIDE_ROWS):
+        probe.hold(0, last)
+        probe.hold(1, 0)
+        others = [(probe.tokens[pos], pos, 1, False) for pos in range(beside)]
+        if not alone or probe.decode([row, *others]) != alone:
+            return False
+    return True
 
 
-def moved_cells_match(model: LlamaModel) -> bool:
+def _moved_cells_match(probe: _Probe) -> bool:
     """Slot 0's cells saved and loaded into slot 1 (host memory, --cache-ram), then copied into it
     (llama_memory_seq_cp, a shared prefix): slot 1's next row the same logits as slot 0's? The batch-invariant
     attention kernel sums the cells in 64-cell tiles and 256-cell segments counted from the stream's first cell, so
     this holds where moved cells land at the index of their position, as llama.cpp puts them into an emptied stream
     (its find_slot from head 0, its whole-stream copy)."""
-    tokens = _probe_tokens(model)
-    last = PROBE_TOKENS - 1
-    row = (tokens[last], last, 0, True)
-    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
-    try:
-        _logits_after(model, batch, tokens[:last], [(0, last)])
-        size = llama_cpp.llama_state_seq_get_size(model.ctx, 0)
-        saved = (ctypes.c_uint8 * size)()
-        if llama_cpp.llama_state_seq_get_data(model.ctx, saved, size, 0) != size:
-            return False
-        alone = _decode_rows(model, batch, [row])
-        _keep(model, batch, tokens, 0, last)
-        if llama_cpp.llama_state_seq_set_data(model.ctx, saved, size, 1) != size:
-            return False
-        restored = _decode_rows(model, batch, [(*row[:2], 1, True)])
-        _keep(model, batch, tokens, 1, 0)
-        llama_cpp.llama_memory_seq_cp(model.memory, 0, 1, -1, -1)  # slot 0's stream whole, at the next decode
-        copied = _decode_rows(model, batch, [(*row[:2], 1, True)])
-        return isinstance(alone, bytes) and restored == alone and copied == alone
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        for slot in (0, 1):
-            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
+    model, last = probe.model, PROBE_TOKENS - 1
+    row = (probe.tokens[last], last, 0, True)
+    probe.hold(0, last)
+    probe.hold(1, 0)
+    size = llama_cpp.llama_state_seq_get_size(model.ctx, 0)
+    saved = (ctypes.c_uint8 * size)()
+    if llama_cpp.llama_state_seq_get_data(model.ctx, saved, size, 0) != size:
+        return False
+    alone = probe.decode([row])
+    probe.hold(0, last)
+    if llama_cpp.llama_state_seq_set_data(model.ctx, saved, size, 1) != size:
+        return False
+    restored = probe.decode([(*row[:2], 1, True)])
+    probe.hold(1, 0)
+    llama_cpp.llama_memory_seq_cp(model.memory, 0, 1, -1, -1)  # slot 0's stream whole, at the next decode
+    copied = probe.decode([(*row[:2], 1, True)])
+    return isinstance(alone, bytes) and restored == alone and copied == alone
 
 
-def verify_rows_match_decodes(model: LlamaModel) -> bool:
+def _verify_rows_match_decodes(probe: _Probe) -> bool:
     """Slot 0's next VERIFY_ROWS tokens decoded one at a time, then together in one call beside a row of slot 1:
     each row the same logits? (Slot 1 needs a second slot; with one, the rows are decoded alone.)"""
-    tokens = _probe_tokens(model)
     start = PROBE_TOKENS - VERIFY_ROWS
-    rows = [(tokens[pos], pos, 0, True) for pos in range(start, PROBE_TOKENS)]
-    beside = [(tokens[0], 0, 1, False)] if model.config.parallel > 1 else []
-    batch = llama_cpp.llama_batch_init(PROBE_TOKENS, 0, 1)
-    try:
-        _logits_after(model, batch, tokens[:start], [(0, start)])
-        alone = [_decode_rows(model, batch, [row]) for row in rows]
-        _keep(model, batch, tokens, 0, start)
-        if _decode_rows(model, batch, rows + beside) is False:
-            return False
-        together = [_row_logits(model, i) for i in range(len(rows))]
-        return all(isinstance(a, bytes) for a in alone) and alone == together
-    finally:
-        llama_cpp.llama_batch_free(batch)
-        for slot in range(min(2, model.config.parallel)):  # llama.cpp logs an error for a slot it does not have
-            llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
-
-
-def _keep(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[int], slot: int, kept: int) -> None:
-    """Leave the slot holding the probe's first `kept` tokens: its cells cut back where the memory allows it, else
-    (a recurrent state: native/memory.py) dropped whole and those tokens prefilled again as one chunk."""
-    if llama_cpp.llama_memory_seq_rm(model.memory, slot, kept, -1) and model.memory_kind.cuts_anywhere:
-        return
-    llama_cpp.llama_memory_seq_rm(model.memory, slot, -1, -1)
-    if kept:
-        _decode_rows(model, batch, [(tokens[pos], pos, slot, False) for pos in range(kept)])
-
-
-def _probe_tokens(model: LlamaModel) -> list[int]:
-    return [(101 + 7 * i) % model.n_vocab for i in range(PROBE_TOKENS)]
-
-
-def _logits_after(model: LlamaModel, batch: llama_cpp.llama_batch, tokens: list[int],
-                  chunks: list[tuple[int, int]]) -> bytes | None:
-    """Decode each chunk of `tokens` in slot 0 as one llama_decode call; the logits of the prompt's last row."""
-    logits = None
-    for start, end in chunks:
-        rows = [(tokens[pos], pos, 0, pos == len(tokens) - 1) for pos in range(start, end)]
-        decoded = _decode_rows(model, batch, rows)
-        if decoded is False:
-            return None
-        logits = decoded
-    return logits
-
-
-def _decode_rows(model: LlamaModel, batch: llama_cpp.llama_batch,
-                 rows: list[tuple[int, int, int, bool]]) -> bytes | Literal[False] | None:
-    """One llama_decode over (token, position, slot, wants logits) rows: the first wanted row's logits, None if
-    no row wants them, False if the call failed."""
-    wanted = None
-    for i, (token, pos, slot, want) in enumerate(rows):
-        batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, pos, 1
-        batch.seq_id[i][0], batch.logits[i] = slot, want
-        if want and wanted is None:
-            wanted = i
-    batch.n_tokens = len(rows)
-    if llama_cpp.llama_decode(model.ctx, batch) != 0:
+    rows = [(probe.tokens[pos], pos, 0, True) for pos in range(start, PROBE_TOKENS)]
+    several = probe.model.config.parallel > 1
+    beside = [(probe.tokens[0], 0, 1, False)] if several else []
+    probe.hold(0, start)
+    if several:
+        probe.hold(1, 0)
+    alone = [probe.decode([row]) for row in rows]
+    probe.hold(0, start)
+    if probe.decode(rows + beside) is False:
         return False
-    if wanted is None:
-        return None
-    return _row_logits(model, wanted)
-
-
-def _row_logits(model: LlamaModel, row: int) -> bytes:
-    """The last call's logits of batch row `row`, as bytes (compared bitwise)."""
-    size = model.n_vocab * ctypes.sizeof(ctypes.c_float)
-    return ctypes.string_at(llama_cpp.llama_get_logits_ith(model.ctx, row), size)
+    together = [probe.row_logits(i) for i in range(len(rows))]
+    return all(isinstance(a, bytes) for a in alone) and alone == together
