@@ -132,6 +132,14 @@ def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
+def off_conversations(worker_off: WorkerProcess):
+    """worker_off's turns of tests/conversations.py's conversations, each asked once a run (OffConversations)."""
+    from tests.conversations import OffConversations
+
+    return OffConversations(worker_off.url)
+
+
+@pytest.fixture(scope="session")
 def base_url(worker: WorkerProcess) -> str:
     return worker.url
 

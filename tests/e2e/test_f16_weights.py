@@ -21,7 +21,7 @@ async def test_f16_weights_reuse_answers_side_by_side_and_equal_off(http, quanti
                 "answers_reused": True}
     assert side.exactness | expected == side.exactness, side.exactness
     assert loaded(side.exact.log())["library"] == "batch-invariant"
-    assert loaded(side.off.log())["library"] == "batch-invariant"
+    assert side.off is not None and loaded(side.off.log())["library"] == "batch-invariant"
     # The startup line says whose build that is: make install's one compile, with our patches.
     chosen = loaded(side.exact.log(), "library_chosen")
     assert chosen["path"].endswith("lib/llm-worker/batch-invariant"), chosen

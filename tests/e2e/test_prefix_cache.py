@@ -18,63 +18,14 @@ import llama_cpp
 import pytest
 
 from tests.conftest import WorkerProcess, start_worker
+from tests.conversations import GREEDY, QUESTIONS, SYSTEM, OffConversations, cached, converse
 from tests.convert_helpers import oracle
 from tests.fixtures.tiny_models import make_tiny
-from tests.helpers import completion_text, execute, openai_once, openai_stream
+from tests.helpers import completion_text, execute, openai_once
 from worker.engine.exactness.build_choice import LIB_PATH_ENV, default_dir
 from worker.engine.kv.prefix_cache import ALIGN
 
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
-
-SYSTEM = ("You are a patient tutor for a class of curious twelve-year-olds. Answer in two or three short, "
-          "plain sentences, give one everyday example, and never use jargon without explaining it first. "
-          "If a question is unclear, say which part is unclear and answer the part you understand. Keep a "
-          "friendly tone, and end with a short question that invites the student to think further.")
-QUESTIONS = [
-    ["What are tides?", "Why are there two a day?", "Do lakes have tides too?", "What is a spring tide?"],
-    ["How do bees make honey?", "Why do they dance?", "What does the queen do?", "How long do bees live?"],
-    ["What is a volcano?", "Why do some explode?", "Where is the biggest one?", "Can we predict eruptions?"],
-]
-GREEDY = {"temperature": 0, "max_tokens": 40}
-
-
-@pytest.fixture(scope="module")
-def off_conversations(worker_off: WorkerProcess):
-    """`off`'s turns of QUESTIONS' conversations (or of their first turns), each conversation asked once a module:
-    off mode reuses nothing and drafts nothing, so its greedy answers are the same whoever asks and when."""
-    known: dict[tuple[str, ...], list[dict]] = {}
-
-    async def turns(http: aiohttp.ClientSession, questions: list[str]) -> list[dict]:
-        asked = tuple(questions)
-        held = next((whole for whole in known if whole[:len(asked)] == asked), None)
-        if held is None:
-            known[held := asked] = await converse(http, worker_off.url, questions)
-        return known[held][:len(asked)]
-
-    return turns
-
-
-async def converse(http: aiohttp.ClientSession, url: str, questions: list[str], stream: bool = False) -> list[dict]:
-    """One conversation, history resent every turn; returns each turn's answer and usage."""
-    messages, turns = [{"role": "system", "content": SYSTEM}], []
-    for question in questions:
-        messages.append({"role": "user", "content": question})
-        body = {"messages": messages, **GREEDY}
-        if stream:
-            streamed = await openai_stream(http, url + "/v1/chat/completions",
-                                           {**body, "stream_options": {"include_usage": True}})
-            answer, usage = streamed.text, streamed.usage
-        else:
-            result = await openai_once(http, url + "/v1/chat/completions", body)
-            answer, usage = completion_text(result), result["usage"]
-        turns.append({"answer": answer, "usage": usage})
-        messages.append({"role": "assistant", "content": answer})
-    return turns
-
-
-def cached(turns: list[dict]) -> list[int]:
-    return [turn["usage"]["prompt_tokens_details"]["cached_tokens"] for turn in turns]
-
 
 async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url, off_conversations):
     """The default build, the default flags: flash attention held to its per-row kernel makes an answer's cells
@@ -119,32 +70,32 @@ async def test_without_flash_attention_on_the_default_build_exact_mode_reuses_wh
 @dataclass(frozen=True)
 class SideBySide:
     exact: WorkerProcess  # stopped; its log stays readable
-    off: WorkerProcess  # stopped too, where this started it
+    off: WorkerProcess | None  # stopped too, where this started it
     exactness: dict  # the exact worker's /health "exactness"
 
 
 async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, model: Path, *exact_flags: str,
-                                   off: WorkerProcess | None = None) -> SideBySide:
+                                   off: OffConversations | None = None) -> SideBySide:
     """Two conversations side by side on an exact worker serving `model` (with `exact_flags`), one after another
-    on an `off` one (`off`, one already serving `model`, or one started here): the same answers, and each exact turn
-    starts past the previous prompt (the previous answer's cells reused)."""
+    on an `off` one (`off`, the turns of one already serving `model`, or one started here): the same answers, and
+    each exact turn starts past the previous prompt (the previous answer's cells reused)."""
     flags = ("--model", str(model), "--parallel", "2", "--ctx-size", "4096")
     exact = start_worker(tmp_path, *flags, *exact_flags)
-    started = off is None
     # The reference decodes one token a step: `off` without drafts (--spec-type auto would draft there too).
-    reference = start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none") if off is None else off
+    started = None if off else start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none")
+    reference = off or OffConversations(started.url)
     try:
         reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
-        cold = [await converse(http, reference.url, q) for q in QUESTIONS[:2]]
+        cold = [await reference(http, q) for q in QUESTIONS[:2]]
         async with http.get(exact.url + "/health") as response:
             exactness = (await response.json())["exactness"]
     finally:
-        assert exact.stop() == 0 and (not started or reference.stop() == 0)
+        assert exact.stop() == 0 and (started is None or started.stop() == 0)
     assert [[t["answer"] for t in c] for c in reused] == [[t["answer"] for t in c] for c in cold]
     for conversation in reused:
         hits = cached(conversation)
         assert all(hit > prev["usage"]["prompt_tokens"] for prev, hit in zip(conversation, hits[1:])), hits
-    return SideBySide(exact, reference, exactness)
+    return SideBySide(exact, started, exactness)
 
 
 async def test_a_q4_k_m_model_reuses_answers_side_by_side_and_equals_off(http, quantized, tmp_path):

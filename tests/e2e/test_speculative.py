@@ -263,9 +263,9 @@ async def test_cancelled_mid_draft_leaves_no_cell_reused_wrongly(http, ngram_wor
     assert (await wait_idle(http, ngram_worker.url))["running"] == 0
 
 
-async def test_multi_turn_with_drafts_reuses_answers_and_equals_off(http, tmp_path, model_path, worker_off):
+async def test_multi_turn_with_drafts_reuses_answers_and_equals_off(http, tmp_path, model_path, off_conversations):
     """The exact cache with drafting on: conversations side by side equal `off`, each turn past the last answer."""
-    side = await conversations_beside_off(http, tmp_path, model_path, "--spec-type", "ngram", off=worker_off)
+    side = await conversations_beside_off(http, tmp_path, model_path, "--spec-type", "ngram", off=off_conversations)
     assert side.exactness["answers_reused"] is True and side.exactness["speculative"] == "ngram"
 
 
