@@ -1,6 +1,7 @@
 # Two commands do everything on a fresh machine:
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
-#   make test    venv, install, fetch the test model, run every test but the probes and the slow ones
+#   make test    venv, install with the test extras, fetch the test model, run every test but the probes and the slow
+#                ones
 #   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
 #   make lint    ruff, mypy and import-linter (their rules: pyproject.toml); make test runs it first
 #   make test-probes  the probes that run long by design (~15 minutes): the batch-invariance probes of the patched
@@ -32,6 +33,12 @@ $(BIN)/llm-worker: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(LLAMA_CPP)
+	$(BIN)/python -m pip install --disable-pip-version-check -e .
+	touch $@
+
+# The test extras (pytest, the outside clients, the linters): what the test and lint targets need and serving does not.
+TEST_EXTRAS := $(VENV)/.test-extras
+$(TEST_EXTRAS): $(BIN)/llm-worker
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	touch $@
 
@@ -45,7 +52,7 @@ install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libmtmd.so
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)
 
-lint: $(BIN)/llm-worker
+lint: $(TEST_EXTRAS)
 	$(BIN)/ruff check worker tests bench
 	$(BIN)/mypy
 	$(BIN)/lint-imports --no-cache
@@ -53,17 +60,17 @@ lint: $(BIN)/llm-worker
 test: install lint
 	$(BIN)/python -m pytest -q
 
-test-unit: $(BIN)/llm-worker
+test-unit: $(TEST_EXTRAS)
 	$(BIN)/python -m pytest -q tests/unit
 
-test-slow: install
+test-slow: install $(TEST_EXTRAS)
 	$(BIN)/python -m pytest -q -m slow
 
-test-probes: install
+test-probes: install $(TEST_EXTRAS)
 	$(BIN)/python -m pytest -q -m probe
 
-test-builds: install
+test-builds: install $(TEST_EXTRAS)
 	$(BIN)/python -m pytest -q -m slow tests/e2e/test_rpc.py
 
-test-gpu: install
+test-gpu: install $(TEST_EXTRAS)
 	$(BIN)/python -m pytest -q -m slow tests/e2e/test_gpu_backends.py

@@ -46,9 +46,10 @@ def test_pip_gets_the_users_cmake_args_last():
     assert command.env_changes["CMAKE_ARGS"] == "-DGGML_NATIVE=OFF -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=89"
 
 
-def fake_install(tmp_path: Path, cache: Path, old_libraries: list[str]) -> tuple[Path, str]:
+def fake_install(tmp_path: Path, cache: Path, old_libraries: list[str], installed: str = "") -> tuple[Path, str]:
     """scripts/install-llama-cpp-libs in a copy of the checkout whose build-llama-cpp makes two libraries and a
-    record, into a venv whose pip records its call and whose llama_cpp/lib holds OLD_LIBRARIES."""
+    record, into a venv whose pip records its call ("" where none was made), whose llama_cpp/lib holds
+    OLD_LIBRARIES and which has llama-cpp-python `installed` at that version ("": none)."""
     checkout = tmp_path / "checkout"
     (checkout / "scripts").mkdir(parents=True)
     script = checkout / "scripts" / "install-llama-cpp-libs"
@@ -71,14 +72,15 @@ def fake_install(tmp_path: Path, cache: Path, old_libraries: list[str]) -> tuple
     (venv / "bin").mkdir(parents=True)
     pip_call = tmp_path / "pip-call"
     (venv / "bin" / "pip").write_text(f'#!/bin/sh\necho "CMAKE_ARGS=$CMAKE_ARGS $*" > {pip_call}\n')
-    (venv / "bin" / "python").write_text(f"#!/bin/sh\necho {lib}\n")
+    version = f"echo {installed}" if installed else "exit 1"
+    (venv / "bin" / "python").write_text(f'#!/bin/sh\ncase "$2" in *metadata*) {version};; *) echo {lib};; esac\n')
     for tool in ("pip", "python"):
         (venv / "bin" / tool).chmod(0o755)
     env = {**os.environ, "LLM_WORKER_BUILD_CACHE": str(cache)}
     run = subprocess.run([str(script), "cpu-native", str(venv)], env=env, capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip().splitlines()[-1] == str(lib)
-    return lib, pip_call.read_text()
+    return lib, pip_call.read_text() if pip_call.exists() else ""
 
 
 def test_the_script_installs_llama_cpp_pythons_python_side_alone_from_the_cached_sdist(tmp_path):
@@ -94,6 +96,14 @@ def test_the_script_installs_llama_cpp_pythons_python_side_alone_from_the_cached
 
 def test_the_script_asks_the_index_without_a_cached_sdist(tmp_path):
     _, pip = fake_install(tmp_path, tmp_path / "empty-cache", [])
+    assert pip.split()[-1] == "llama-cpp-python==0.3.36"
+
+
+def test_the_python_side_at_the_pinned_version_stays_and_only_the_libraries_change(tmp_path):
+    """make install's second call and a rebuild for another preset: pip is not asked again."""
+    lib, pip = fake_install(tmp_path, tmp_path / "cache", ["libllama.so"], installed="0.3.36")
+    assert pip == "" and (lib / "libllama.so").read_text().strip() == "cpu-native"
+    _, pip = fake_install(tmp_path / "older", tmp_path / "cache", [], installed="0.3.35")
     assert pip.split()[-1] == "llama-cpp-python==0.3.36"
 
 
