@@ -29,7 +29,10 @@ PORT ?= 8080
 # with them, as it must call the libllama loaded. The target is libmtmd: an install from before images had none.
 PATCHES := $(wildcard patches/llama.cpp/*.patch)
 LLAMA_CPP := LLAMA_CPP_PATCHES=$(CURDIR)/patches/llama.cpp scripts/install-llama-cpp-libs cpu-native $(VENV)
-$(BIN)/llm-worker: pyproject.toml
+# The stamps are files of their own: pip rewrites bin/llm-worker whenever it installs the worker again (the test
+# extras do), which would make every target after it look out of date.
+WORKER := $(VENV)/.worker-installed
+$(WORKER): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
 	$(LLAMA_CPP)
@@ -38,16 +41,16 @@ $(BIN)/llm-worker: pyproject.toml
 
 # The test extras (pytest, the outside clients, the linters): what the test and lint targets need and serving does not.
 TEST_EXTRAS := $(VENV)/.test-extras
-$(TEST_EXTRAS): $(BIN)/llm-worker
+$(TEST_EXTRAS): $(WORKER)
 	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
 	touch $@
 
 BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
-$(BATCH_INVARIANT)/libmtmd.so: $(BIN)/llm-worker $(PATCHES)
+$(BATCH_INVARIANT)/libmtmd.so: $(WORKER) $(PATCHES)
 	$(LLAMA_CPP)
 	scripts/install-batch-invariant cpu-native $(VENV)
 
-install: $(BIN)/llm-worker $(BATCH_INVARIANT)/libmtmd.so
+install: $(WORKER) $(BATCH_INVARIANT)/libmtmd.so
 
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)
