@@ -134,7 +134,7 @@ def worker_off(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
 @pytest.fixture(scope="session")
 def off_conversations(worker_off: WorkerProcess):
     """worker_off's turns of tests/conversations.py's conversations, each asked once a run (OffConversations)."""
-    from tests.conversations import OffConversations
+    from tests.conversations import OffConversations  # here: it imports tests.helpers, which imports this module
 
     return OffConversations(worker_off.url)
 

@@ -82,11 +82,13 @@ async def conversations_beside_off(http: aiohttp.ClientSession, tmp_path: Path, 
     flags = ("--model", str(model), "--parallel", "2", "--ctx-size", "4096")
     exact = start_worker(tmp_path, *flags, *exact_flags)
     # The reference decodes one token a step: `off` without drafts (--spec-type auto would draft there too).
-    started = None if off else start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none")
-    reference = off or OffConversations(started.url)
+    started = None
+    if off is None:
+        started = start_worker(tmp_path, *flags, "--prefix-cache", "off", "--spec-type", "none")
+        off = OffConversations(started.url)
     try:
         reused = await asyncio.gather(*(converse(http, exact.url, q) for q in QUESTIONS[:2]))
-        cold = [await reference(http, q) for q in QUESTIONS[:2]]
+        cold = [await off(http, q) for q in QUESTIONS[:2]]
         async with http.get(exact.url + "/health") as response:
             exactness = (await response.json())["exactness"]
     finally:
