@@ -176,7 +176,8 @@ async def test_a_worker_started_on_busy_cores_is_ready_in_seconds(http, tmp_path
     """Every core busy, a decode's threads crowded onto one: /health answers 200 within 30 s of the model loading
     (the threads sleep at a barrier rather than spin out a tick; startup times its draft passes for at most 3 s and
     lists in /health those it left), and what it serves then is exact: with one slot, the same copying request again
-    reuses the first one's cells, drafts or not, and answers the same text. Nothing here depends on how busy the
+    reuses the first one's cells, drafts or not, and answers the same text; once idle, every row count is timed and
+    kept for the next start (those startup left, timed then). Nothing here depends on how busy the
     host is beside the test: whether drafts pay, and when passes are timed again, do (tests/unit/test_draft_rule.py
     holds the re-timing rule)."""
     busy = crowd_the_last_core()
@@ -202,6 +203,14 @@ async def test_a_worker_started_on_busy_cores_is_ready_in_seconds(http, tmp_path
         again = await openai_once(http, url, body)
         assert completion_text(again) == completion_text(first)
         assert again["usage"]["prompt_tokens_details"]["cached_tokens"] >= first["usage"]["prompt_tokens"] - 32
+        # Every row count timed, at load or once idle, and kept for the next start's reuse (check_record.py).
+        for _ in range(600):
+            async with http.get(worker.url + "/health") as response:
+                untimed = (await response.json())["untimed_pass_rows"]
+            if not untimed:
+                break
+            await asyncio.sleep(0.1)
+        assert untimed == [] and list(tmp_path.glob("*.passes.json")), worker.log()[-3000:]
     finally:
         assert worker.stop() == 0, worker.log()[-3000:]
 

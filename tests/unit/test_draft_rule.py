@@ -204,3 +204,18 @@ def test_row_counts_startup_left_untimed_are_timed_first_once_idle():
     assert speculator.costs.of(3) == 15e-3
     assert speculator.timed_again(speculator.pass_to_time_again(0.2) or 0, 25e-3) is True
     assert speculator.untimed == [] and speculator.pass_to_time_again(0.3) is None
+
+
+def test_the_passes_kept_for_a_restart_are_those_timed_on_purpose():
+    """What a restart reuses (startup/check_record.py) is each row count's pass as timed at load or once idle, not
+    serving's running averages; complete only once the row counts startup left untimed have been timed."""
+    speculator = Speculator(EngineConfig(spec_type=SpecType.NGRAM, draft_max=2), PromptLookup())
+    speculator.pass_timed(1, 30e-3)
+    speculator.untimed.extend([2, 3])
+    speculator.costs.observe(1, 10e-3)  # a decode step while serving
+    assert not speculator.all_passes_timed
+    for rows in (2, 3):
+        assert speculator.pass_to_time_again(0.0) == rows
+        speculator.timed_again(rows, rows * 20e-3)
+    assert speculator.all_passes_timed and speculator.timed_passes == {1: 30e-3, 2: 40e-3, 3: 60e-3}
+    assert speculator.costs.seconds[1] != 30e-3  # serving's average, which the kept costs leave out

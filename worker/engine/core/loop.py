@@ -91,6 +91,7 @@ class EngineLoop:
         self._totals = (0, 0.0, 0.0)
         self._busy_until = 0.0  # monotonic time the last request left or arrived
         self._watch: CellWatch | None = None  # what hears of the reusable cells (KV events); None: nothing
+        self._keep_passes: Callable[[dict[int, float]], None] | None = None  # measure_passes' `keep`
 
     def watch_cells(self, changed: Callable[[list[HeldCells]], None]) -> None:
         """Call `changed` on this thread with the reusable cells of every slot and host-memory entry, now (at the
@@ -177,13 +178,15 @@ class EngineLoop:
 
     # -- the engine thread ---------------------------------------------------------
 
-    def measure_passes(self, known: dict[int, float] | None) -> dict[int, float] | None:
+    def measure_passes(self, known: dict[int, float] | None, keep: Callable[[dict[int, float]], None]) -> None:
         """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes), or
-        `known`, what a start with the same model, flags and build timed. The costs timed here, where every row
-        count was (to be kept for the next start); None where they were known, or some were left to time."""
-        if self.speculator and self._runner.measure_passes(self.speculator, known):
-            return dict(self.speculator.costs.seconds)
-        return None
+        `known`, what a start with the same model, flags and build timed. `keep` hears the costs each time every row
+        count has been timed here: at load, or once idle where startup left some untimed (busy cores) or serving
+        found them timed beside a busy process; the next start reuses what it last heard (startup/check_record.py)."""
+        if self.speculator:
+            self._keep_passes = keep
+            if self._runner.measure_passes(self.speculator, known):
+                keep(dict(self.speculator.timed_passes))
 
     def stop_drafting(self) -> None:
         """Before serving: no drafts from here on (--spec-type auto where the load-time check found that drafts could
@@ -276,6 +279,9 @@ class EngineLoop:
         assert rows is not None
         if speculator.timed_again(rows, self._runner.time_pass(rows, place)):
             log.info("passes_timed", again=True, ms=speculator.costs.milliseconds)
+            # Timed past the fewest cells a free slot holds, near their cost in an empty one (pass_place).
+            if self._keep_passes is not None and speculator.all_passes_timed:
+                self._keep_passes(dict(speculator.timed_passes))
 
     def _runnable_tasks(self) -> list[CellTask]:
         return [task for task in self._tasks if task.slot is None or

@@ -235,7 +235,7 @@ class ModelRunner:
         Returns whether every row count was timed here."""
         if known is not None and set(speculator.timed_rows) <= known.keys():
             for rows in speculator.timed_rows:
-                speculator.costs.timed(rows, known[rows])
+                speculator.pass_timed(rows, known[rows])
             log.info("passes_reused", ms=speculator.costs.milliseconds)
             return False
         deadline = time.perf_counter() + TIMING_AT_LOAD_S
@@ -243,9 +243,9 @@ class ModelRunner:
             if time.perf_counter() > deadline:
                 speculator.untimed.append(rows)
             elif (seconds := self.time_pass(rows, PassPlace(0, 0))) is not None:
-                speculator.costs.timed(rows, seconds)
+                speculator.pass_timed(rows, seconds)
         log.info("passes_timed", ms=speculator.costs.milliseconds, untimed=speculator.untimed)
-        return set(speculator.timed_rows) <= speculator.costs.seconds.keys()
+        return speculator.all_passes_timed
 
     def time_pass(self, rows: int, place: PassPlace) -> float | None:
         """The faster of two passes of `rows` rows at `place`, whose cells are dropped after each (as a rejected

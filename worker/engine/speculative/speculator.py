@@ -90,6 +90,8 @@ class Speculator:
         self.costs = PassCosts()
         self._retiming: list[int] = []  # row counts left to time again
         self.untimed: list[int] = []  # row counts startup left untimed (TIMING_AT_LOAD_S), timed first once idle
+        # Each row count's pass as last timed on purpose (serving's running averages apart): what a restart reuses.
+        self.timed_passes: dict[int, float] = {}
         self._retimed_at = -RETIME_EVERY_S  # monotonic time the last timing again began
         self.yields = StepYields(from_rows=1 if proposer.decodes else 2)
         # Per kind, apart for greedy and sampled requests: a sampled answer keeps fewer drafted tokens, and a burst
@@ -101,6 +103,16 @@ class Speculator:
     def timed_rows(self) -> list[int]:
         """The row counts whose passes are timed: a decode row and each draft size up to --draft-max."""
         return [rows for rows in TIMED_ROWS if rows <= self.draft_max + 1]
+
+    def pass_timed(self, rows: int, seconds: float) -> None:
+        """A pass of `rows` timed on purpose: at load, once idle, or by an earlier start (startup/check_record.py)."""
+        self.costs.timed(rows, seconds)
+        self.timed_passes[rows] = seconds
+
+    @property
+    def all_passes_timed(self) -> bool:
+        """Whether every row count's pass has been timed on purpose (none left estimated)."""
+        return set(self.timed_rows) <= self.timed_passes.keys()
 
     def pass_to_time_again(self, now: float) -> int | None:
         """The next row count to time again while the engine is idle, where that is due; None: none is. The row
@@ -119,7 +131,7 @@ class Speculator:
             self._retiming.clear()
             self.untimed.clear()  # not tried again: those row counts stay estimated
         else:
-            self.costs.timed(rows, seconds)
+            self.pass_timed(rows, seconds)
             if rows in self.untimed:
                 self.untimed.remove(rows)
         return not self._retiming

@@ -97,8 +97,9 @@ def recorded_passes(key: str | None) -> dict[int, float] | None:
 
 def record_passes(key: str | None, seconds: dict[int, float]) -> None:
     """Keep the draft passes' costs for the next start with this key: a start that reuses them is ready ~1 s sooner
-    on 2 cores, and serving corrects them as it goes (passes timed beside a busy process are timed again once
-    serving shows it: PassCosts.timed_beside_load)."""
+    on 2 cores. Called from the engine thread each time every row count has been timed (EngineLoop.measure_passes):
+    at load, once idle where startup left some untimed, and when passes timed beside a busy process are timed again
+    (PassCosts.timed_beside_load), so that the next start reuses the corrected costs."""
     if key is not None:
         _write(key, PASSES, {"seconds": {str(rows): cost for rows, cost in seconds.items()}})
 

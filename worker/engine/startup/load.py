@@ -71,8 +71,8 @@ def _warm_up(model: LlamaModel, steps: EngineLoop) -> Numerics:
     the same model, flags and build reuses the last start's passes and check: startup/check_record.py)."""
     model.warm_up()
     key = check_key(model)
-    if steps.speculator and (timed := steps.measure_passes(recorded_passes(key))):
-        record_passes(key, timed)
+    if steps.speculator:
+        steps.measure_passes(recorded_passes(key), lambda timed: record_passes(key, timed))
     config = model.config
     mode = config.prefix_cache
     numerics = Numerics(None, None)  # measured in exact mode only
