@@ -9,7 +9,9 @@ import concurrent.futures
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
@@ -17,6 +19,7 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.fixtures.tiny_arch_models import HYBRID_KINDS, RECURRENT_KINDS, write_tiny_model
 
 SYSTEM = "You are a careful assistant who answers in plain sentences. " * 8
+T = TypeVar("T")
 MEMORY = {"mamba": "whole", "lfm2": "last-tokens", "qwen35": "last-tokens", "nemotron_h": "last-tokens",
           "qwen3moe": "anywhere", "gemma3": "anywhere"}
 
@@ -33,6 +36,24 @@ def tiny(model_path: Path, tmp_path_factory: pytest.TempPathFactory):
         return written[name]
 
     return model
+
+
+@pytest.fixture(scope="module")
+def off_worker(tiny, tmp_path_factory: pytest.TempPathFactory):
+    """The reference each tiny model's exact text is held to: --prefix-cache off, one worker per model for the whole
+    module, as conftest's worker_off is for the test model. Its greedy text depends on neither --parallel, --ctx-size
+    nor what it served before (every prompt prefilled whole into a cleared slot), and it reuses nothing."""
+    started: dict[str, WorkerProcess] = {}
+
+    def worker(kind: str) -> WorkerProcess:
+        if kind not in started:
+            started[kind] = start_worker(tmp_path_factory.mktemp(f"off-{kind}"), "--model", str(tiny(kind)),
+                                         *_mode("off"), "--parallel", "2", "--ctx-size", "4096")
+        return started[kind]
+
+    yield worker
+    for running in started.values():
+        assert running.stop() == 0, running.log()[-3000:]
 
 
 def _mode(mode: str) -> tuple[str, ...]:
@@ -90,23 +111,31 @@ def _workload(worker: WorkerProcess) -> tuple[list[str], list[int], list[tuple[i
     return texts, statuses, reuse
 
 
-def _served(tmp_path: Path, model: Path, mode: str, *flags: str) -> tuple[dict, tuple]:
-    worker = start_worker(tmp_path, "--model", str(model), *_mode(mode), "--parallel", "2",
-                          "--ctx-size", "4096", *flags)
+def _on_a_worker(tmp_path: Path, ask: Callable[[WorkerProcess], T], *flags: str) -> T:
+    """What `ask` gets from a worker started with `flags` for it alone, and stopped cleanly after."""
+    worker = start_worker(tmp_path, *flags)
     try:
-        with urllib.request.urlopen(worker.url + "/health", timeout=10) as response:
-            exactness = json.load(response)["exactness"]
-        return exactness, _workload(worker)
+        return ask(worker)
     finally:
         assert worker.stop() == 0, worker.log()[-3000:]
 
 
+def _served(tmp_path: Path, model: Path, mode: str) -> tuple[dict, tuple]:
+    def exactness_and_workload(worker: WorkerProcess) -> tuple[dict, tuple]:
+        with urllib.request.urlopen(worker.url + "/health", timeout=10) as response:
+            exactness = json.load(response)["exactness"]
+        return exactness, _workload(worker)
+
+    return _on_a_worker(tmp_path, exactness_and_workload, "--model", str(model), *_mode(mode), "--parallel", "2",
+                        "--ctx-size", "4096")
+
+
 @pytest.mark.parametrize("kind", [*RECURRENT_KINDS, *HYBRID_KINDS, "qwen3moe", "gemma3"])
-def test_chat_n_and_overlapping_requests_answer_as_off_does(tiny, tmp_path, kind):
+def test_chat_n_and_overlapping_requests_answer_as_off_does(tiny, off_worker, tmp_path, kind):
     """Exact mode's default flags (drafts on where they keep the text): every request a 200, every text off's, and
     the chat's last turn starts from most of its history (kept cells, or a checkpoint of the recurrent state)."""
     exactness, (texts, statuses, reuse) = _served(tmp_path, tiny(kind), "exact")
-    _, (off_texts, off_statuses, _) = _served(tmp_path, tiny(kind), "off")
+    off_texts, off_statuses, _ = _workload(off_worker(kind))
     assert exactness["memory"] == MEMORY[kind]
     # The load-time check, recurrent kernels and a mixture of experts' mul_mat_id included: rows ignore their batch,
     # and an answer's cells and state are what a prefill makes.
@@ -132,17 +161,16 @@ def test_drafts_are_undone_and_keep_the_text(tiny, model_path, tmp_path, kind):
     by an undone draft would change every token after it. The test model drafts (the same vocabulary), and a random
     model rejects its drafts, which is what must be undone; Q4_0 weights make a pass of a few rows cost about one
     row's, so that drafting pays on the tiny model."""
+    def text_and_log(worker: WorkerProcess) -> tuple[str, str]:
+        status, body = _post(worker, "/v1/completions", {"prompt": "one two three four five six seven eight",
+                                                         "max_tokens": 64, "temperature": 0})
+        assert status == 200, body
+        return body["choices"][0]["text"], worker.log()
+
     texts, drafted = {}, {}
     for spec in (("--spec-type", "draft", "--model-draft", str(model_path)), ("--spec-type", "none")):
-        worker = start_worker(tmp_path, "--model", str(tiny(kind, "Q4_0")), *spec, "--parallel", "2")
-        try:
-            status, body = _post(worker, "/v1/completions", {"prompt": "one two three four five six seven eight",
-                                                             "max_tokens": 64, "temperature": 0})
-            assert status == 200, body
-            texts[spec[1]] = body["choices"][0]["text"]
-            log = worker.log()
-        finally:
-            assert worker.stop() == 0, worker.log()[-3000:]
+        texts[spec[1]], log = _on_a_worker(tmp_path, text_and_log, "--model", str(tiny(kind, "Q4_0")), *spec,
+                                           "--parallel", "2")
         ends = [json.loads(line) for line in log.splitlines() if '"request_done"' in line]
         drafted[spec[1]] = (sum(end.get("draft_tokens", 0) for end in ends),
                             sum(end.get("draft_accepted_tokens", 0) for end in ends))
@@ -150,114 +178,94 @@ def test_drafts_are_undone_and_keep_the_text(tiny, model_path, tmp_path, kind):
     assert drafted["draft"][0] > drafted["draft"][1] and drafted["none"] == (0, 0), drafted  # some rejected
 
 
-def test_host_memory_keeps_a_conversation_with_its_checkpoints(tiny, tmp_path):
+def test_host_memory_keeps_a_conversation_with_its_checkpoints(tiny, off_worker, tmp_path):
     """One slot, two conversations in turn: the first one's cells go to host memory with its checkpoints when the
     second takes the slot, and its next turn goes on from a checkpoint there, as off answers it."""
-    answers = {}
-    for mode in ("exact", "off"):
-        worker = start_worker(tmp_path, "--model", str(tiny("qwen35")), *_mode(mode), "--parallel", "1")
-        try:
-            first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
-            other = [{"role": "user", "content": "A different question about mountains, please."}]
-            _, body = _chat(worker, first)
-            first += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
-                      {"role": "user", "content": "And about lakes?"}]
-            assert _chat(worker, other)[0] == 200
-            answers[mode] = _answer_and_cached(worker, first)
-        finally:
-            assert worker.stop() == 0, worker.log()[-3000:]
-    _assert_off_text_and_reused(answers)
+    def two_conversations(worker: WorkerProcess) -> tuple[str, int]:
+        first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
+        other = [{"role": "user", "content": "A different question about mountains, please."}]
+        _, body = _chat(worker, first)
+        first += [{"role": "assistant", "content": body["choices"][0]["message"]["content"]},
+                  {"role": "user", "content": "And about lakes?"}]
+        assert _chat(worker, other)[0] == 200
+        return _answer_and_cached(worker, first)
+
+    exact = _on_a_worker(tmp_path, two_conversations, "--model", str(tiny("qwen35")), *_mode("exact"),
+                         "--parallel", "1")
+    _assert_off_text_and_reused({"exact": exact, "off": two_conversations(off_worker("qwen35"))})
 
 
-def test_kv_dir_brings_a_recurrent_state_back_whole(tiny, tmp_path):
+def test_kv_dir_brings_a_recurrent_state_back_whole(tiny, off_worker, tmp_path):
     """--kv-dir: the state a worker left is loaded by the next one, and a prompt that continues all of it goes on from
     it, with off's text."""
     prompt = SYSTEM + "Here is the question."
-    longer = {"prompt": prompt + " And a second one, much like it.", "max_tokens": 24, "temperature": 0}
     kv_dir = tmp_path / "kv"
-    first = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--kv-dir", str(kv_dir))
-    try:
-        assert _post(first, "/v1/completions", {"prompt": prompt, "max_tokens": 1})[0] == 200
-    finally:
-        assert first.stop() == 0, first.log()[-3000:]
-    texts = {}
-    for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
-        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), *_mode(mode), *flags)
-        try:
-            status, body = _post(worker, "/v1/completions", longer)
-            assert status == 200, body
-            texts[mode] = (body["choices"][0]["text"], body["usage"]["prompt_tokens_details"]["cached_tokens"])
-        finally:
-            assert worker.stop() == 0, worker.log()[-3000:]
-    assert texts["exact"][0] == texts["off"][0]
-    assert texts["exact"][1] > 0 and texts["off"][1] == 0
+    kv_flags = ("--model", str(tiny("lfm2")), "--kv-dir", str(kv_dir))
+    _on_a_worker(tmp_path, lambda first: _post(first, "/v1/completions", {"prompt": prompt, "max_tokens": 1}),
+                 *kv_flags)
+
+    def longer(worker: WorkerProcess) -> tuple[str, int]:
+        status, body = _post(worker, "/v1/completions", {"prompt": prompt + " And a second one, much like it.",
+                                                         "max_tokens": 24, "temperature": 0})
+        assert status == 200, body
+        return body["choices"][0]["text"], body["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    exact = _on_a_worker(tmp_path, longer, *kv_flags, *_mode("exact"))
+    _assert_off_text_and_reused({"exact": exact, "off": longer(off_worker("lfm2"))})
 
 
-def test_kv_dir_keeps_a_conversations_checkpoints_across_a_restart(tiny, tmp_path):
+def test_kv_dir_keeps_a_conversations_checkpoints_across_a_restart(tiny, off_worker, tmp_path):
     """A conversation's cells and checkpoints written to --kv-dir on drain: the replacement worker takes its next
     turn from a checkpoint read from disk, with off's text."""
     first = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
-    kv_dir = tmp_path / "kv"
-    worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), "--kv-dir", str(kv_dir))
-    try:
-        status, body = _chat(worker, first)
-        assert status == 200, body
-    finally:
-        assert worker.stop() == 0, worker.log()[-3000:]
+    kv_flags = ("--model", str(tiny("lfm2")), "--kv-dir", str(tmp_path / "kv"))
+    status, body = _on_a_worker(tmp_path, lambda worker: _chat(worker, first), *kv_flags)
+    assert status == 200, body
     following = [*first, {"role": "assistant", "content": body["choices"][0]["message"]["content"]},
                  {"role": "user", "content": "And about lakes?"}]
-    answers = {}
-    for mode, flags in (("exact", ("--kv-dir", str(kv_dir))), ("off", ())):
-        worker = start_worker(tmp_path, "--model", str(tiny("lfm2")), *_mode(mode), *flags)
-        try:
-            answers[mode] = _answer_and_cached(worker, following)
-        finally:
-            assert worker.stop() == 0, worker.log()[-3000:]
-    _assert_off_text_and_reused(answers)
+    exact = _on_a_worker(tmp_path, lambda worker: _answer_and_cached(worker, following), *kv_flags, *_mode("exact"))
+    _assert_off_text_and_reused({"exact": exact, "off": _answer_and_cached(off_worker("lfm2"), following)})
 
 
 @pytest.mark.parametrize("kind", ["mamba", "lfm2"])
-def test_a_new_conversation_goes_on_from_a_shared_system_prompts_checkpoint(tiny, tmp_path, kind):
+def test_a_new_conversation_goes_on_from_a_shared_system_prompts_checkpoint(tiny, off_worker, tmp_path, kind):
     """The state is checkpointed where the system prompt ends: another conversation with the same system prompt
     starts from there (copied from the first one's slot), with off's text."""
-    answers = {}
-    for mode in ("exact", "off"):
-        worker = start_worker(tmp_path, "--model", str(tiny(kind)), *_mode(mode), "--parallel", "2")
-        try:
-            assert _chat(worker, [{"role": "system", "content": SYSTEM},
-                                  {"role": "user", "content": "Tell me about rivers."}])[0] == 200
-            status, body = _chat(worker, [{"role": "system", "content": SYSTEM},
-                                          {"role": "user", "content": "Something else: mountains."}])
-            assert status == 200, body
-            answers[mode] = (body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"],
-                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
-        finally:
-            assert worker.stop() == 0, worker.log()[-3000:]
-    assert answers["exact"][0] == answers["off"][0]
-    _, prompt, cached = answers["exact"]
-    assert cached >= prompt - 16 and answers["off"][2] == 0, answers  # all of it but the user's message
+    def two_conversations(worker: WorkerProcess) -> tuple[str, int, int]:
+        assert _chat(worker, [{"role": "system", "content": SYSTEM},
+                              {"role": "user", "content": "Tell me about rivers."}])[0] == 200
+        status, body = _chat(worker, [{"role": "system", "content": SYSTEM},
+                                      {"role": "user", "content": "Something else: mountains."}])
+        assert status == 200, body
+        return (body["choices"][0]["message"]["content"], body["usage"]["prompt_tokens"],
+                body["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    exact = _on_a_worker(tmp_path, two_conversations, "--model", str(tiny(kind)), *_mode("exact"), "--parallel", "2")
+    off = two_conversations(off_worker(kind))
+    assert exact[0] == off[0]
+    _, prompt, cached = exact
+    assert cached >= prompt - 16 and off[2] == 0, (exact, off)  # all of it but the user's message
 
 
 @pytest.mark.parametrize("kind", ["mamba", "lfm2"])
-def test_an_edited_last_message_goes_on_from_where_it_starts(tiny, tmp_path, kind):
+def test_an_edited_last_message_goes_on_from_where_it_starts(tiny, off_worker, tmp_path, kind):
     """The state is checkpointed where a chat's last user message starts: the same chat with that message edited
     goes on from there, past the checkpoint of the turn before (4 tokens before its prompt's end), with off's text."""
     answer = "Rivers carry rain and snowmelt from high ground down to lakes and seas, cutting valleys as they go. " * 2
     history = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Tell me about rivers."}]
-    answers = {}
-    for mode in ("exact", "off"):
-        worker = start_worker(tmp_path, "--model", str(tiny(kind)), *_mode(mode), "--parallel", "1")
-        try:
-            status, first = _chat(worker, history)
-            assert status == 200, first
-            history_and_answer = [*history, {"role": "assistant", "content": answer}]
-            assert _chat(worker, [*history_and_answer, {"role": "user", "content": "And lakes?"}])[0] == 200
-            status, body = _chat(worker, [*history_and_answer, {"role": "user", "content": "And glaciers, then?"}])
-            assert status == 200, body
-            answers[mode] = (body["choices"][0]["message"]["content"], first["usage"]["prompt_tokens"],
-                             body["usage"]["prompt_tokens_details"]["cached_tokens"])
-        finally:
-            assert worker.stop() == 0, worker.log()[-3000:]
-    assert answers["exact"][0] == answers["off"][0]
-    _, first_prompt, cached = answers["exact"]
-    assert cached > first_prompt + 20 and answers["off"][2] == 0, answers  # past the first turn's prompt and answer
+    history_and_answer = [*history, {"role": "assistant", "content": answer}]
+
+    def edited(worker: WorkerProcess) -> tuple[str, int, int]:
+        status, first = _chat(worker, history)
+        assert status == 200, first
+        assert _chat(worker, [*history_and_answer, {"role": "user", "content": "And lakes?"}])[0] == 200
+        status, body = _chat(worker, [*history_and_answer, {"role": "user", "content": "And glaciers, then?"}])
+        assert status == 200, body
+        return (body["choices"][0]["message"]["content"], first["usage"]["prompt_tokens"],
+                body["usage"]["prompt_tokens_details"]["cached_tokens"])
+
+    exact = _on_a_worker(tmp_path, edited, "--model", str(tiny(kind)), *_mode("exact"), "--parallel", "1")
+    off = edited(off_worker(kind))
+    assert exact[0] == off[0]
+    _, first_prompt, cached = exact
+    assert cached > first_prompt + 20 and off[2] == 0, (exact, off)  # past the first turn's prompt and answer
