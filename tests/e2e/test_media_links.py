@@ -35,7 +35,9 @@ class ImageServer:
         app.router.add_get("/endless", self.endless)
         app.router.add_get("/declared-big", self.declared_big)
         app.router.add_get("/text", self.text)
-        self.runner = web.AppRunner(app)
+        # A handler ends with its client: the slow answer, once the worker has given up on it, must not hold the
+        # module's cleanup for the rest of its sleep (aiohttp waits for running handlers).
+        self.runner = web.AppRunner(app, handler_cancellation=True)
 
     async def start(self) -> str:
         await self.runner.setup()

@@ -189,6 +189,27 @@ def test_passes_timed_beside_a_busy_process_are_timed_again_when_serving_shows_i
     assert speculator.pass_to_time_again(RETIME_EVERY_S + 1) is None
 
 
+def test_a_pass_timed_again_beside_a_busy_process_keeps_the_faster_timing():
+    """Timing again while idle can meet a busier host than the first timing did: each row count keeps the faster of
+    its timings, in the costs drafts are weighed by and in those kept for a restart; where serving still shows them
+    too high, they are due again after RETIME_EVERY_S."""
+    speculator = Speculator(EngineConfig(spec_type=SpecType.NGRAM, draft_max=2), PromptLookup())
+    for rows, ms in ((1, 10.0), (2, 20.0), (3, 26.0)):  # timed at load beside a neighbour
+        speculator.pass_timed(rows, ms / 1e3)
+    for _ in range(10):
+        speculator.costs.observe(1, 6.5e-3)
+    assert speculator.pass_to_time_again(0.0) == 1
+    for rows, ms in ((1, 12.0), (2, 14.0), (3, 40.0)):  # a busier neighbour now; 2 rows met a quiet moment
+        assert speculator.pass_to_time_again(0.5) == rows
+        speculator.timed_again(rows, ms / 1e3)
+    assert speculator.timed_passes == {1: 10e-3, 2: 14e-3, 3: 26e-3}
+    assert [speculator.costs.of(rows) for rows in (1, 2, 3)] == [10e-3, 14e-3, 26e-3]
+    for _ in range(10):
+        speculator.costs.observe(1, 6.5e-3)  # serving's steps, still well below the timing kept
+    assert speculator.pass_to_time_again(RETIME_EVERY_S - 1) is None
+    assert speculator.pass_to_time_again(RETIME_EVERY_S) == 1
+
+
 def test_row_counts_startup_left_untimed_are_timed_first_once_idle():
     """Startup that ran out of time (busy cores) leaves row counts untimed: they weigh as estimates from the timed
     ones, are due at once when idle (before any RETIME_EVERY_S), and leave the list as each is timed."""

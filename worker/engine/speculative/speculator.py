@@ -125,13 +125,17 @@ class Speculator:
 
     def timed_again(self, rows: int, seconds: float | None) -> bool:
         """The pass_to_time_again() row count's pass took `seconds` (None: its llama_decode failed, and the rest
-        are left as they are). Returns whether that was the last one."""
+        are left as they are). Returns whether that was the last one.
+
+        A row count timed before keeps the faster of its two timings: a busy process beside a pass only ever slows it,
+        and an idle worker on a busy host times again while others run (seen in a test run: every 60 s, each time
+        slower, until a worker reusing those costs found no draft worth its rows)."""
         self._retiming.remove(rows)
         if seconds is None:
             self._retiming.clear()
             self.untimed.clear()  # not tried again: those row counts stay estimated
         else:
-            self.pass_timed(rows, seconds)
+            self.pass_timed(rows, min(seconds, self.timed_passes.get(rows, seconds)))
             if rows in self.untimed:
                 self.untimed.remove(rows)
         return not self._retiming
