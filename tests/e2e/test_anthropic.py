@@ -182,8 +182,10 @@ def test_sdk_authenticates_with_x_api_key(keyed, model_path):
     ask = dict(model=model_path.stem, messages=[{"role": "user", "content": "Hi"}], max_tokens=4)
     answer = anthropic.Anthropic(base_url=keyed.url, api_key="sekrit").messages.create(**ask)
     assert answer.usage.output_tokens == 4
-    with pytest.raises(anthropic.AuthenticationError, match="INVALID_API_KEY"):
+    with pytest.raises(anthropic.AuthenticationError) as refused:
         anthropic.Anthropic(base_url=keyed.url, api_key="wrong").messages.create(**ask)
+    # The SDK's parsed body, not its message: anthropic 2.x no longer puts the body's code in the message.
+    assert refused.value.status_code == 401 and "INVALID_API_KEY" in json.dumps(refused.value.body), refused.value.body
 
 
 # Tools: the same functions as the chat tool tests, in Anthropic's shape.
