@@ -47,8 +47,9 @@ class Base:
     tensors: dict[str, np.ndarray]
 
     @classmethod
-    def read(cls, path: Path) -> Base:
-        reader = GGUFReader(path)
+    def read(cls, path: Path, reader: GGUFReader | None = None) -> Base:
+        """`reader`: the file's reader where the caller has one already (gguf-py takes seconds to read a vocabulary)."""
+        reader = reader or GGUFReader(path)
         arch = bytes(reader.fields[Keys.General.ARCHITECTURE].parts[-1]).decode()
         n_layer = int(reader.fields[f"{arch}.block_count"].parts[-1][0])
         layer = n_layer - 2

@@ -39,10 +39,11 @@ def model_path() -> Path:
 @pytest.fixture(scope="session")
 def adapter_base(model_path: Path):
     """The test model's tensors that LoRA adapters are made from (bench/adapters.py's Base), read once a run: reading
-    the GGUF with gguf-py takes ~5 s."""
+    the GGUF with gguf-py takes seconds, so the run's shared reader of it (tests/gguf_files.py) does."""
     from bench.adapters import Base
+    from tests.gguf_files import read_gguf
 
-    return Base.read(model_path)
+    return Base.read(model_path, read_gguf(model_path))
 
 
 def free_port() -> int:

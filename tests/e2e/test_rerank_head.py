@@ -53,8 +53,9 @@ def scores(url: str) -> list[float]:
 
 
 def test_a_rank_head_from_the_lm_heads_yes_and_no_rows_scores_as_the_yes_no_route(model_path, tmp_path, monkeypatch):
-    monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path / "cache"))
-    tiny = converted_model(make_tiny("qwen3", tmp_path / "tiny-qwen3", oracle(model_path).f32), Conversion())
+    folder = make_tiny("qwen3", tmp_path / "tiny-qwen3", oracle(model_path).f32)  # the oracle from the user cache
+    monkeypatch.setenv("LLM_WORKER_CACHE", str(tmp_path / "cache"))  # the conversion in this test's own
+    tiny = converted_model(folder, Conversion())
     plain = rewritten(tiny, tmp_path / "generative.gguf", None)
     worker = start_worker(tmp_path, "--model", str(plain), "--parallel", "2", "--ctx-size", "512")
     try:
