@@ -25,9 +25,11 @@ PORT ?= 8080
 # Python side alone (its own compile off) and puts the libraries in its llama_cpp/lib, before pip sees llm-worker's
 # pin, which it then finds met. Fast mode loads them there; exact and off modes load the copy in
 # $(VENV)/lib/llm-worker/batch-invariant with the switch on (worker/engine/exactness/build_choice.py): the same build,
-# kept apart so that `llm-worker build-backend` can replace llama_cpp/lib with a GPU build. libmtmd (images) comes
-# with them, as it must call the libllama loaded. The target is libmtmd: an install from before images had none.
+# kept apart so that `llm-worker build-backend` can replace llama_cpp/lib with a GPU build. libmtmd (images) and the
+# chat ABI (worker/engine/native/chat_abi: llama.cpp's chat templates and parsers) come with them, as they must call
+# the libllama loaded. The target is the chat ABI: an install from before it had none, and its source is ours.
 PATCHES := $(wildcard patches/llama.cpp/*.patch)
+CHAT_ABI := $(wildcard worker/engine/native/chat_abi/*)
 LLAMA_CPP := LLAMA_CPP_PATCHES=$(CURDIR)/patches/llama.cpp scripts/install-llama-cpp-libs cpu-native $(VENV)
 # The stamps are files of their own: pip rewrites bin/llm-worker whenever it installs the worker again (the test
 # extras do), which would make every target after it look out of date.
@@ -46,11 +48,11 @@ $(TEST_EXTRAS): $(WORKER)
 	touch $@
 
 BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
-$(BATCH_INVARIANT)/libmtmd.so: $(WORKER) $(PATCHES)
+$(BATCH_INVARIANT)/libllm-worker-chat.so: $(WORKER) $(PATCHES) $(CHAT_ABI)
 	$(LLAMA_CPP)
 	scripts/install-batch-invariant cpu-native $(VENV)
 
-install: $(WORKER) $(BATCH_INVARIANT)/libmtmd.so
+install: $(WORKER) $(BATCH_INVARIANT)/libllm-worker-chat.so
 
 serve: install
 	$(BIN)/llm-worker serve --port $(PORT)

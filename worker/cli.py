@@ -206,10 +206,12 @@ def cli() -> None:
          default="auto", show_default=True,
          help="llama.cpp's flash attention.  auto: in exact and off modes on for the cpu backend, held to its "
               "per-row kernel (see --cache-type-k), and off elsewhere; in fast mode llama.cpp decides.")
-@_option("--reasoning-format", env="REASONING_FORMAT", section=GENERATION, type=click.Choice(["deepseek", "none"]),
-         default="deepseek", show_default=True,
-         help="A thinking model's <think>…</think> text (its chat template writes <think>).  deepseek: returned "
-              "apart, as reasoning_content; none: left in the answer as written.")
+@_option("--reasoning-format", env="REASONING_FORMAT", section=GENERATION,
+         type=click.Choice(["deepseek", "auto", "deepseek-legacy", "none"]), default="deepseek", show_default=True,
+         help="A thinking model's reasoning (the tags its chat template thinks in, as llama.cpp finds them), as "
+              "llama-server's flag.  deepseek or auto: returned apart, as reasoning_content; deepseek-legacy: the "
+              "same, but left in the content of a streamed answer; none: left in the answer as written.  A request's "
+              "reasoning_format field overrides it.")
 @_option("--spec-type", env="SPEC_TYPE", section=GENERATION, type=click.Choice(["auto", "none", "ngram", "draft"]),
          default="auto", show_default=True,
          help="Speculative decoding: each step verifies drafted tokens behind a sequence's row, and keeps them "

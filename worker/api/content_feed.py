@@ -8,8 +8,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from worker.api.generation import TrackedHandle
-from worker.api.tools.answer import Answer, Call
-from worker.engine import Finished, FinishReason, TokenEvent
+from worker.engine import Answer, Finished, FinishReason, TokenEvent
+from worker.engine import ToolCall as Call
 
 Event = dict[str, Any]
 Send = Callable[[list[Event]], Awaitable[None]]
@@ -32,15 +32,15 @@ async def feed(handle: TrackedHandle, answer: Answer, content: Content, send: Se
     async for event in handle:
         if isinstance(event, TokenEvent):
             release = answer.feed(event.text)
-            if event.reasoning:
+            if release.reasoning:
                 reasoning_tokens = event.tokens
-            await send(content.add(reasoning, event.reasoning) + content.add("text", release.text))
+            await send(content.add(reasoning, release.reasoning) + content.add("text", release.text))
             for call in release.calls:
                 await send(content.call(call))
     finished = handle.ended
     if finished.reason in ENDED:
         release = answer.finish()
-        await send(content.add("text", release.text))
+        await send(content.add(reasoning, release.reasoning) + content.add("text", release.text))
         for call in release.calls:
             await send(content.call(call))
         await send(content.finish(finished))

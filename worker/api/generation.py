@@ -10,19 +10,19 @@ from dataclasses import replace
 
 import structlog
 
-from worker.api.generation_fields import Generation
+from worker.api.chat_turn import Turn
 from worker.api.metrics import Metrics
 from worker.api.state import WorkerState
-from worker.engine import ChatPrompt, Event, Finished, Request, RequestHandle, TokenEvent
+from worker.engine import Event, Finished, Request, RequestHandle, TokenEvent
 
 log = structlog.get_logger("worker.request")
 
 
-def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generation, request_id: str,
-                    model: str | None = None) -> list[Request]:
+def engine_requests(worker: WorkerState, turn: Turn, request_id: str, model: str | None = None) -> list[Request]:
     """One engine request per choice; choice i samples with seed + i, so every choice is repeatable. `model`: the
     name the request gave, which may be a LoRA adapter's (api/adapters.py)."""
     served = worker.require_served()
+    prompt, generation = turn.prompt, turn.generation
     prompt_tokens = prompt.tokens
     # No max_tokens: generate up to the end of this sequence's context.
     max_tokens = generation.max_tokens
@@ -35,7 +35,7 @@ def engine_requests(worker: WorkerState, prompt: ChatPrompt, generation: Generat
                     generation.stop, request_id, timeout_s=worker.settings.request_timeout,
                     logprobs=generation.logprobs, reasoning=prompt.reasoning,
                     prompt_logprobs=generation.logprobs if generation.scores_prompt else None, media=prompt.media,
-                    adapters=adapters, checkpoints=prompt.checkpoints)
+                    adapters=adapters, checkpoints=prompt.checkpoints, preserved_tokens=turn.preserved_tokens)
             for i in range(generation.n)]
 
 

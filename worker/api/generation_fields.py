@@ -42,18 +42,75 @@ class Generation:
 @dataclass(frozen=True)
 class ChatRequest:
     model: str | None
-    messages: list[dict[str, Any]]  # {role, content}, and an assistant's tool_calls or a tool's tool_call_id
+    # {role, content}, an assistant's tool_calls and reasoning_content, a tool's tool_call_id; a final assistant
+    # message is continued (the answer's start: Anthropic's prefill, llama-server's --prefill-assistant)
+    messages: list[dict[str, Any]]
     generation: Generation
     template_kwargs: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs: template variables
-    tools: Tools | None = None  # the tools on offer (None: none, or tool_choice none)
-    prefill: str = ""  # the start of the answer, which the model continues (Anthropic's final assistant message)
+    tools: Tools | None = None  # the tools on offer (None: none)
+    # low, medium, ... (a template reads it, else it stands for a reasoning budget) or none (no thinking)
+    reasoning_effort: str | None = None
+    reasoning_format: str | None = None  # llama-server's, for this request (None: --reasoning-format)
     # in prompt order: each stands at a MEDIA_MARKER in a message's content; links are read before the turn is
     # prepared (media_links.py), so that a prepared turn holds only ImageInputs
     images: tuple[ImageInput | ImageLink, ...] = ()
 
     def prompt_chars(self) -> tuple[str, int]:
         """The field that holds the prompt, and its length in characters (checked before tokenizing)."""
-        return "messages", sum(len(m["content"]) for m in self.messages) + len(self.prefill)
+        return "messages", sum(len(m["content"]) for m in self.messages)
+
+
+# llama-server's --reasoning-format values, which a request's reasoning_format field may name.
+REASONING_FORMATS = ("deepseek", "auto", "deepseek-legacy", "none")
+
+
+def read_template_kwargs(r: Reader) -> dict[str, Any]:
+    """chat_template_kwargs: variables the chat template reads, over the model's (enable_thinking a boolean, as
+    llama-server holds it)."""
+    kwargs = r.body.get("chat_template_kwargs")
+    if kwargs is None:
+        return {}
+    if not isinstance(kwargs, dict):
+        r.problem("chat_template_kwargs", "an object", "chat_template_kwargs must be an object of template "
+                  "variables, e.g. {\"enable_thinking\": false}", kwargs)
+        return {}
+    if not isinstance(kwargs.get("enable_thinking", False), bool):
+        r.problem("chat_template_kwargs.enable_thinking", "true or false", "chat_template_kwargs.enable_thinking "
+                  "must be a boolean", kwargs["enable_thinking"])
+    return kwargs
+
+
+def read_reasoning_format(r: Reader) -> str | None:
+    """llama-server's reasoning_format field: how this answer's reasoning comes back (None: --reasoning-format)."""
+    value = r.body.get("reasoning_format")
+    if value is None or value in REASONING_FORMATS:
+        return value
+    r.problem("reasoning_format", f"one of {', '.join(REASONING_FORMATS)}",
+              f"reasoning_format must be one of {', '.join(REASONING_FORMATS)}", value)
+    return None
+
+
+def earlier_reasoning(r: Reader, field: str, message: dict[str, Any]) -> dict[str, str]:
+    """An assistant message's reasoning_content, for the templates that show earlier reasoning (the rest drop it)."""
+    reasoning = message.get("reasoning_content")
+    if reasoning is None or message.get("role") != "assistant":
+        return {}
+    if not isinstance(reasoning, str):
+        r.problem(f"{field}.reasoning_content", "a string", f"{field}.reasoning_content must be a string", reasoning)
+        return {}
+    return {"reasoning_content": reasoning}
+
+
+def check_ending(r: Reader, messages: list[dict[str, Any]]) -> None:
+    """A final assistant message is continued (the answer starts with it), as llama-server does: one at most, and
+    not one that calls tools, whose answer is their results."""
+    if len(messages) >= 2 and messages[-1]["role"] == messages[-2]["role"] == "assistant":
+        r.problem("messages", "one assistant message at the end at most", "the last two messages are the "
+                  "assistant's: a final assistant message is continued, and only one can be", None)
+    elif messages and messages[-1]["role"] == "assistant" and messages[-1].get("tool_calls"):
+        r.problem(f"messages[{len(messages) - 1}]", "no tool calls in a final assistant message",
+                  "the last message calls tools: send their results (tool messages) after it, or leave it out",
+                  None)
 
 
 def read_sampling(r: Reader, fields: tuple[NumberField, ...], base: SamplingParams) -> SamplingParams:

@@ -23,9 +23,8 @@ _EFFORTS = ", ".join(EFFORT_BUDGETS)
 
 
 def thinks(served: ServedModel) -> bool:
-    """The model's replies are split into reasoning and answer (Prompts.chat_prompt's condition), so a budget
-    can end the reasoning."""
-    return served.prompts.splits_reasoning
+    """The model's chat template writes reasoning (llama.cpp finds its tags), so a budget can end it."""
+    return served.prompts.thinks
 
 
 def effort_budget(r: Reader, sampling: SamplingParams) -> SamplingParams:
@@ -64,9 +63,8 @@ def thinking_budget(r: Reader, sampling: SamplingParams, max_tokens: Any, model_
     for problem in nested.problems:
         r.problem(f"thinking.{problem.field}", problem.constraint, f"thinking.{problem.message}", problem.value)
     if not model_thinks:
-        r.problem("thinking", "a model that thinks", "this model does not think (its chat template writes no "
-                  "<think>, or the worker runs --reasoning-format none): it has no thinking to budget: send no "
-                  "thinking, or serve a thinking model", thinking)
+        r.problem("thinking", "a model that thinks", "this model does not think (llama.cpp finds no reasoning in its "
+                  "chat template): it has no thinking to budget: send no thinking, or serve a thinking model", thinking)
     elif budget is not None and isinstance(max_tokens, int) and budget >= max_tokens:
         r.problem("thinking.budget_tokens", "budget_tokens < max_tokens", f"thinking.budget_tokens ({budget}) must "
                   f"be below max_tokens ({max_tokens}): the answer comes after the thinking", budget)

@@ -13,6 +13,11 @@ from typing import TYPE_CHECKING
 from worker.lazy import exports
 
 if TYPE_CHECKING:  # the same names, as type checkers see them (through __getattr__ they would be Any)
+    from worker.engine.answer import Answer as Answer
+    from worker.engine.answer import Answers as Answers
+    from worker.engine.answer import PlainText as PlainText
+    from worker.engine.answer import Release as Release
+    from worker.engine.answer import ToolCall as ToolCall
     from worker.engine.config import DRAFT_MAX as DRAFT_MAX
     from worker.engine.config import EngineConfig as EngineConfig
     from worker.engine.config import Lora as Lora
@@ -68,6 +73,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.requests import NO_ADAPTERS as NO_ADAPTERS
     from worker.engine.requests import AdapterSet as AdapterSet
     from worker.engine.requests import Alternative as Alternative
+    from worker.engine.requests import Chat as Chat
     from worker.engine.requests import ChatPrompt as ChatPrompt
     from worker.engine.requests import Event as Event
     from worker.engine.requests import Finished as Finished
@@ -95,9 +101,12 @@ __getattr__ = exports(__name__, {
     "Prompts": "serving.prompts", "PooledOutputs": "serving.pooled_outputs", "SavedCells": "serving.saved_cells",
     "SlotFile": "serving.saved_cells", "ModelFacts": "serving.facts", "Exactness": "serving.facts",
     "RequestHandle": "handle", "SchedulerStats": "core.scheduler",
+    # a chat's answer read back from the model's text
+    "Answer": "answer", "Answers": "answer", "PlainText": "answer", "Release": "answer", "ToolCall": "answer",
     # requests and their events: plain data
-    "AdapterSet": "requests", "Alternative": "requests", "ChatPrompt": "requests", "Event": "requests",
-    "Finished": "requests", "FinishReason": "requests", "GrammarTrigger": "requests", "NO_ADAPTERS": "requests",
+    "AdapterSet": "requests", "Alternative": "requests", "Chat": "requests", "ChatPrompt": "requests",
+    "Event": "requests", "Finished": "requests", "FinishReason": "requests", "GrammarTrigger": "requests",
+    "NO_ADAPTERS": "requests",
     "PromptLogprobs": "requests", "Reasoning": "requests", "Request": "requests", "SamplingParams": "requests",
     "TokenEvent": "requests", "TokenLogprob": "requests",
     "MEDIA_MARKER": "media", "Bitmap": "native.projector", "Vector": "pooling.embeddings",

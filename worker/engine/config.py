@@ -70,7 +70,9 @@ class EngineConfig:
     cache_type_k: str | None = None  # KV cell types: one of KV_CACHE_TYPES; None: the mode's (exactness/kv_plan.py)
     cache_type_v: str | None = None
     flash_attn: str = "auto"  # one of FLASH_ATTN
-    reasoning_format: str = "deepseek"  # deepseek: a thinking model's <think> text split off (reasoning.py); none
+    # llama-server's --reasoning-format: deepseek (a thinking model's reasoning read into reasoning_content), auto (the
+    # same), deepseek-legacy (left in the content when streamed), none (left in the content)
+    reasoning_format: str = "deepseek"
     embeddings: bool = False  # a second context for /v1/embeddings (engine/pooling/embeddings.py)
     pooling: str | None = None  # one of POOLING; None: the GGUF's own, mean where it names none
     spec_type: SpecType = SpecType.NONE  # speculative decoding's drafts (speculative/speculator.py); see drafting

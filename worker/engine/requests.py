@@ -6,16 +6,19 @@ import ctypes
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from worker.engine.media import MediaSpan
 
 
 @dataclass(frozen=True)
 class GrammarTrigger:
-    """Where a lazy grammar wakes: once the answer writes `text` (anywhere, or only opening it when `first`)."""
+    """Where a lazy grammar wakes, in llama.cpp's kinds (common_grammar_trigger): `word`, once the answer writes that
+    text; `pattern`, once a regex matches somewhere in the answer (the grammar starts at its first non-empty group,
+    else where it matched); `pattern_full`, once the whole answer so far matches the regex."""
 
-    text: str
-    first: bool = False
+    kind: str  # word | pattern | pattern_full
+    value: str
 
 
 @dataclass(frozen=True)
@@ -38,9 +41,14 @@ class SamplingParams:
     seed: int | None = None  # None: a fresh random seed per request
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None  # GBNF (root rule "root") the output must match; checked by Engine.grammar_problem
-    # Set: `grammar` is lazy. The answer is free until it writes the trigger, and the grammar's root starts there
-    # (lazy_grammar.py): tool_choice auto's calls.
-    grammar_trigger: GrammarTrigger | None = None
+    # Set: `grammar` is lazy. The answer is free until it writes one of the triggers, and the grammar's root starts
+    # there (lazy_grammar.py): tool_choice auto's calls.
+    grammar_triggers: tuple[GrammarTrigger, ...] = ()
+    # None: `grammar` is the answer's, and a thinking model's reasoning is left free. A tuple: `grammar` describes the
+    # whole output, reasoning included, from the chat template's opening of the answer on: the grammar accepts these
+    # tokens (that opening, already in the prompt) before the first sampled one, as llama.cpp's chat layer means it
+    # (a forced tool call's grammar, serving/chat.py).
+    grammar_prefill: tuple[int, ...] | None = None
     # A thinking model's reasoning ends after this many tokens: the end-of-thinking marker is written for it and
     # the answer follows (core/token_output.py). None: it thinks as long as it likes; 0: it answers at once.
     reasoning_budget: int | None = None
@@ -51,15 +59,37 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Reasoning:
-    """A thinking model's output is reasoning until </think> (see reasoning.py); stop strings see only the answer."""
+    """Where a thinking model's reasoning starts and ends in its output, as its chat template writes it (llama.cpp's
+    thinking tags: <think>, gpt-oss's analysis channel, ...). The output passes through whole; stop strings and a
+    grammar of the answer see only what follows the reasoning (output/reasoning.py), and a reasoning budget ends it
+    by writing `end_tokens`."""
 
-    opened_in_prompt: bool  # the template ended the prompt with <think>
+    start_tag: str
+    end_tags: tuple[str, ...]
+    opened_in_prompt: bool  # the template's opening of the answer ends with start_tag: the output starts reasoning
+    end_tokens: tuple[int, ...]  # the first end tag in this vocabulary: what a spent budget writes
+
+
+@dataclass(frozen=True)
+class Chat:
+    """A chat as its model's template takes it, in llama-server's terms (serving/chat_template.py)."""
+
+    # OpenAI's messages: role, content (text, an image's MEDIA_MARKER in it), an assistant's tool_calls (arguments as
+    # JSON text) and reasoning_content, a tool result's tool_call_id
+    messages: tuple[dict[str, Any], ...]
+    tools: tuple[dict[str, Any], ...] = ()  # OpenAI's function tools on offer
+    tool_choice: str = "auto"  # auto | required | none
+    only: str | None = None  # required: the one function a named tool_choice calls (the prompt shows every tool)
+    parallel_tool_calls: bool = True
+    template_kwargs: Mapping[str, Any] = field(default_factory=dict)  # chat_template_kwargs, over the model's
+    reasoning_effort: str | None = None  # handed to the template; "none" turns thinking off
+    reasoning_format: str | None = None  # llama-server's, for this answer; None: the worker's --reasoning-format
 
 
 @dataclass(frozen=True)
 class ChatPrompt:
     tokens: list[int]  # with an image's stand-ins at its span (media.py)
-    reasoning: Reasoning | None  # set for a thinking model's template under --reasoning-format deepseek
+    reasoning: Reasoning | None  # set where the chat template thinks
     media: tuple[MediaSpan, ...] = ()  # the images in it, in order (--mmproj)
     # Where a recurrent state is worth a checkpoint besides near the prompt's end (kv/checkpoints.py): where its
     # system prompt ends, which another conversation may share, and where its last user message starts.
@@ -101,7 +131,10 @@ class Request:
     request_id: str = ""
     timeout_s: float | None = None  # from submission; past it the request ends with TIMEOUT
     logprobs: int | None = None  # report each token's log probability and this many top alternatives
-    reasoning: Reasoning | None = None  # split a thinking model's <think>…</think> from its answer
+    reasoning: Reasoning | None = None  # a thinking model's: where its reasoning ends and its answer starts
+    # Control tokens whose text the output shows (special tokens the chat format writes its calls and channels with,
+    # llama.cpp's preserved tokens); every other control token writes nothing.
+    preserved_tokens: frozenset[int] = frozenset()
     # Report each prompt token's log probability (after the first) and this many top alternatives: the prompt is
     # then prefilled whole, cached cells unused (they have no logits), before a PromptLogprobs event. max_tokens
     # may be 0 then: the prompt is scored and nothing is generated.
@@ -140,7 +173,8 @@ class TokenLogprob:
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """New text: whole UTF-8 characters that can no longer be part of a stop string.
+    """New text: whole UTF-8 characters that can no longer be part of a stop string, as the model wrote them (a
+    thinking model's reasoning and its tags included: a chat's answer is read from it, api/chat_reply.py).
 
     `tokens` counts the tokens generated so far; one event may carry the text of several.
     `logprobs` (when asked for) covers exactly the tokens whose bytes this text releases.
@@ -149,7 +183,6 @@ class TokenEvent:
     text: str
     tokens: int
     logprobs: tuple[TokenLogprob, ...] = ()
-    reasoning: str = ""  # a thinking model's reasoning released with this step (text is the answer)
 
 
 @dataclass(frozen=True)

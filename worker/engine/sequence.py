@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from worker.engine.output.detokenizer import StreamingText
-from worker.engine.output.reasoning import ThinkingSplit
+from worker.engine.output.reasoning import ReasoningPhase
 from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
@@ -35,7 +35,7 @@ class Sequence:
     cancelled: bool = False
     slot: int = -1
     sampler: Sampler | None = None  # its native chain, while it holds a slot (runner.py: start to retire)
-    text: StreamingText = field(init=False)  # its answer's text so far, from its request's stop strings and reasoning
+    text: StreamingText = field(init=False)  # its output's text so far, held to its request's stop strings
     n_past: int = 0  # leading tokens of prompt + generated already in the slot's KV stream
     cached: int = 0  # of the prompt, tokens whose KV the prefix cache supplied
     generated: list[int] = field(default_factory=list)  # sampled tokens; the last is not in the KV yet
@@ -56,8 +56,7 @@ class Sequence:
 
     def __post_init__(self) -> None:
         reasoning = self.request.reasoning
-        self.text = StreamingText(self.request.stop,
-                                  ThinkingSplit(reasoning.opened_in_prompt) if reasoning else None)
+        self.text = StreamingText(self.request.stop, ReasoningPhase(reasoning) if reasoning else None)
 
     @property
     def prompt(self) -> list[int]:

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from worker.api.tools.answer import Call
 from worker.engine import Finished
+from worker.engine import ToolCall as Call
 
 Block = dict[str, Any]
 Event = dict[str, Any]

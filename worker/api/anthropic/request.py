@@ -31,10 +31,13 @@ _REFUSED_BLOCKS = {
     "search_result": "search results are not supported",
 }
 ANSWERED_CALLS = "a user message with the results of the tool_use blocks before it"
-_DROPPED = ("thinking", "redacted_thinking")  # earlier turns' thinking: not part of the context
+# An earlier turn's thinking goes to the chat template as that message's reasoning_content: most templates leave it
+# out of the context, as Anthropic does, and those that keep it (interleaved thinking beside tool calls) show it.
+# Redacted thinking has no text to show.
+_THINKING = ("thinking", "redacted_thinking")
 # The blocks each place takes.
 _SYSTEM, _USER, _RESULT = ("text",), ("text", "image", "tool_result"), ("text",)
-_ASSISTANT = ("text", "tool_use", *_DROPPED)
+_ASSISTANT = ("text", "tool_use", *_THINKING)
 
 
 def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
@@ -51,7 +54,7 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
     metadata = r.body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object", metadata)
-    messages, prefill, images = _conversation(r, media)
+    messages, images = _conversation(r, media)
     max_tokens = r.number("max_tokens", required=not counting, low=1, high=2**31 - 1, integer=True)
     sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r, check_grammar))
     sampling = thinking_budget(r, sampling, max_tokens, thinks)
@@ -65,15 +68,12 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
                   r.body.get("tool_choice"))
     r.done()
     return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream, lora=lora), tools=tools,
-                       prefill=prefill, images=tuple(images))
+                       images=tuple(images))
 
 
-def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], str, list[ImageInput]]:
-    """The chat template's messages (the system prompt first), the prefill, if the last message is the
-    assistant's, and the user messages' images in the order their markers stand in the messages.
-
-    Earlier turns' thinking blocks are left out, as Anthropic leaves them out of the context. A final assistant
-    message is a prefill: the answer continues it."""
+def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], list[ImageInput]]:
+    """The chat template's messages (the system prompt first) and the user messages' images in the order their
+    markers stand in the messages. A final assistant message is a prefill: the answer continues it."""
     messages: list[Message] = []
     images: list[ImageInput] = []
     system = r.body.get("system")
@@ -82,7 +82,7 @@ def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], str, 
     raw = r.body.get("messages")
     if not isinstance(raw, list) or not raw:
         r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
-        return messages, "", images
+        return messages, images
     for i, message in enumerate(raw):
         if not isinstance(message, dict):
             r.problem(f"messages[{i}]", "{role, content}", "each message must be an object {role, content}", message)
@@ -99,13 +99,10 @@ def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], str, 
             r.problem(f"messages[{i}].role", "user or assistant",
                       "role must be user or assistant (a system prompt goes in the top-level system field)", role)
     last = messages[-1] if messages else {}
-    if last.get("role") != "assistant":
-        return messages, "", images
-    if "tool_calls" in last:
+    if last.get("role") == "assistant" and "tool_calls" in last:
         r.problem(f"messages[{len(raw) - 1}]", ANSWERED_CALLS,
                   "the last message calls tools: send their tool_result blocks in a user message after it", None)
-    # Rendered as a turn, the template would close it; the answer must continue it instead.
-    return messages[:-1], last["content"], images
+    return messages, images
 
 
 def _blocks(r: Reader, field: str, content: Any, allowed: tuple[str, ...]) -> list[Block] | None:
@@ -142,6 +139,9 @@ def _check_block(r: Reader, field: str, block: Any, allowed: tuple[str, ...]) ->
                       source.get("type") if isinstance(source, dict) else source)
     elif kind == "text" and not isinstance(block.get("text"), str):
         r.problem(f"{field}.text", "a string", "a text block's text must be a string", block.get("text"))
+    elif kind == "thinking" and not isinstance(block.get("thinking"), str):
+        r.problem(f"{field}.thinking", "a string", "a thinking block's thinking must be a string",
+                  block.get("thinking"))
     elif kind == "tool_use":
         _check_fields(r, field, block, {"id": str, "name": str, "input": dict})
     elif kind == "tool_result":
@@ -204,4 +204,6 @@ def _assistant_turn(blocks: list[Block]) -> Message:
     calls = [{"id": b["id"], "type": "function",
               "function": {"name": b["name"], "arguments": json.dumps(b["input"], ensure_ascii=False)}}
              for b in blocks if b["type"] == "tool_use"]
-    return {"role": "assistant", "content": _joined(blocks), **({"tool_calls": calls} if calls else {})}
+    thinking = "".join(b.get("thinking", "") for b in blocks if b["type"] == "thinking")
+    return {"role": "assistant", "content": _joined(blocks), **({"tool_calls": calls} if calls else {}),
+            **({"reasoning_content": thinking} if thinking else {})}

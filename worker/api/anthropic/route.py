@@ -22,8 +22,7 @@ from worker.api.problems import parse_json_object
 from worker.api.reasoning_budgets import thinks
 from worker.api.request_checks import admitted, served_model
 from worker.api.state import WORKER
-from worker.api.tools.answer import Answer
-from worker.engine import Finished, FinishReason
+from worker.engine import Answer, Finished, FinishReason
 
 routes = web.RouteTableDef()
 
@@ -93,8 +92,8 @@ async def messages(request: web.Request) -> web.StreamResponse:
     chat, turn = await _turn(request)
     message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant",
                "model": served_model(worker, chat.model)}
-    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"], chat.model)
-    answer = turn.answers()
+    choices = engine_requests(worker, turn, request["request_id"], chat.model)
+    answer = turn.answers(chat.generation.stream)
     async with generating(worker, choices) as (handle,):
         if chat.generation.stream:
             return await _stream(request, handle, answer, message, len(turn.prompt.tokens))

@@ -14,7 +14,7 @@ KINDS = ("auto", "any", "tool", "none")
 
 
 def read_tools(r: Reader) -> Tools | None:
-    """The request's tools; None when there are none to offer (no tools, or tool_choice none)."""
+    """The request's tools; None when there are none (with tool_choice none they are shown, their calls not read)."""
     raw = r.body.get("tools")
     if raw is not None and not isinstance(raw, list):
         r.problem("tools", "a list of tools", "tools must be a list of {name, description, input_schema}", raw)
@@ -29,9 +29,9 @@ def read_tools(r: Reader) -> Tools | None:
     offered = isinstance(raw, list) and bool(raw)
     if kind in ("any", "tool") and not offered:
         r.problem("tool_choice.type", "tools to choose from", f"tool_choice {kind!r} needs tools", kind)
-    if kind == "none" or not offered:
+    if not offered:
         return None
-    tools = Tools(tuple(functions), forced=kind in ("any", "tool"), only=only, parallel=parallel)
+    tools = Tools(tuple(functions), "required" if kind in ("any", "tool") else kind, only=only, parallel=parallel)
     check_forced(r, tools, schema_fields)
     return tools
 

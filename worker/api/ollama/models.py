@@ -109,10 +109,10 @@ def _named(worker: WorkerState, body: dict[str, Any]) -> str:
 
 
 def capabilities(served: ServedModel) -> list[str]:
-    """What the model does here: tools on any chat template (the generic format stands in where the template has
-    none of its own), thinking where replies are split, vision with a projector, embedding with --embeddings."""
+    """What the model does here: tools where its chat template shows them, thinking where it writes reasoning, vision
+    with a projector, embedding with --embeddings."""
     found = ["completion"]
-    found += ["tools"] if served.prompts.template_source is not None else []
+    found += ["tools"] if served.prompts.chat.shows_tools else []
     found += ["thinking"] if thinks(served) else []
     found += ["vision"] if "image" in served.prompts.input_modalities else []
     found += ["embedding"] if served.pooled.pooling is not None else []

@@ -10,8 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.api.tools.answer import Call
 from worker.engine import Finished, FinishReason, TokenLogprob
+from worker.engine import ToolCall as Call
 
 DONE_REASONS = {FinishReason.EOS: "stop", FinishReason.STOP: "stop", FinishReason.LENGTH: "length"}
 NDJSON = "application/x-ndjson"

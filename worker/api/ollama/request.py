@@ -56,15 +56,16 @@ def model_name(name: Any) -> Any:
     return name[: -len(":latest")] if isinstance(name, str) and name.endswith(":latest") else name
 
 
-def _common(r: Reader, model: Model) -> tuple[Options, Generation]:
-    """The fields /api/chat and /api/generate share: options, format, think, stream, logprobs, keep_alive."""
+def _common(r: Reader, model: Model) -> tuple[Options, Generation, str | None]:
+    """The fields /api/chat and /api/generate share: options, format, think, stream, logprobs, keep_alive. With
+    them, the reasoning effort `think` asks for (ChatRequest.reasoning_effort)."""
     options = read_options(r, model.defaults, model.n_ctx_seq)
     sampling = replace(options.sampling, grammar=_format(r, model.check_grammar))
-    sampling = _think(r, sampling, model.thinks)
+    sampling, effort = _think(r, sampling, model.thinks)
     stream = r.boolean("stream", True)
     logprobs = _logprobs(r)
     keep_alive(r)
-    return options, Generation(options.max_tokens, sampling, options.stop, stream, logprobs=logprobs)
+    return options, Generation(options.max_tokens, sampling, options.stop, stream, logprobs=logprobs), effort
 
 
 def keep_alive(r: Reader) -> None:
@@ -90,21 +91,24 @@ def _format(r: Reader, check: GrammarCheck | None) -> str | None:
     return None
 
 
-def _think(r: Reader, sampling: SamplingParams, thinks: bool) -> SamplingParams:
-    """think: true (the model's own length), false (answer at once), or low / medium / high as reasoning budgets
-    (reasoning_budgets.EFFORT_BUDGETS). A model that does not think cannot be asked to, as Ollama refuses it."""
+def _think(r: Reader, sampling: SamplingParams, thinks: bool) -> tuple[SamplingParams, str | None]:
+    """think: true (the model's own length), false (answer at once: thinking turned off), or low / medium / high as
+    the reasoning effort (a template that reads it, as gpt-oss's; elsewhere a budget, reasoning_budgets.EFFORT_BUDGETS).
+    A model that does not think cannot be asked to, as Ollama refuses it."""
     value = r.body.get("think")
     if value is None or value is False:
-        return replace(sampling, reasoning_budget=0) if value is False and thinks else sampling
+        return (replace(sampling, reasoning_budget=0), "none") if value is False and thinks else (sampling, None)
     if value is not True and value not in THINK_LEVELS:
         r.problem("think", "true, false, low, medium or high", "think must be true, false, \"low\", \"medium\" or "
                   "\"high\"", value)
-        return sampling
+        return sampling, None
     if not thinks:
-        r.problem("think", "a model that thinks", "this model does not think (its chat template writes no <think>, "
-                  "or the worker runs --reasoning-format none): send no think, or think: false", value)
-        return sampling
-    return sampling if value is True else replace(sampling, reasoning_budget=EFFORT_BUDGETS[value])
+        r.problem("think", "a model that thinks", "this model does not think (llama.cpp finds no reasoning in its "
+                  "chat template): send no think, or think: false", value)
+        return sampling, None
+    if value is True:
+        return sampling, None
+    return replace(sampling, reasoning_budget=EFFORT_BUDGETS[value]), value
 
 
 def _logprobs(r: Reader) -> int | None:
@@ -129,7 +133,7 @@ def _images(r: Reader, field: str, raw: Any, media: MediaSettings) -> list[Image
 def parse_chat(body: dict[str, Any], model: Model) -> OllamaRequest:
     r = Reader(body)
     name = model_name(r.string("model"))
-    options, generation = _common(r, model)
+    options, generation, effort = _common(r, model)
     messages, images = _messages(r, model.media)
     tools = read_tools(r)
     if tools is not None and generation.sampling.grammar is not None:
@@ -137,7 +141,7 @@ def parse_chat(body: dict[str, Any], model: Model) -> OllamaRequest:
         r.problem("format", "no format beside tools", "format holds the whole answer to one shape, so no tool call "
                   "could be written: send tools or format, not both", r.body.get("format"))
     r.done()
-    chat = ChatRequest(name, messages, generation, tools=tools, images=tuple(images))
+    chat = ChatRequest(name, messages, generation, tools=tools, reasoning_effort=effort, images=tuple(images))
     return OllamaRequest(chat, False, options.num_ctx, not messages)
 
 
@@ -168,12 +172,14 @@ def _messages(r: Reader, media: MediaSettings) -> tuple[list[dict[str, Any]], li
         pictures = _images(r, f"{field}.images", message.get("images"), media)
         images += pictures
         nested = Reader(message)
-        tool_name, _ = text(nested, "tool_name"), text(nested, "thinking")  # earlier turns' thinking: left out
+        # An earlier turn's thinking goes to the template as its reasoning_content (most leave it out).
+        tool_name, thinking = text(nested, "tool_name"), text(nested, "thinking")
         r.problems += [replace(p, field=f"{field}.{p.field}", message=f"{field}.{p.message}") for p in nested.problems]
         made = _checked_calls(r, field, message.get("tool_calls"))
         content = MEDIA_MARKER * len(pictures) + without_marker(content)
         if role == "assistant":
-            messages.append({"role": role, "content": content, **calls.made(made)})
+            messages.append({"role": role, "content": content, **calls.made(made),
+                             **({"reasoning_content": thinking} if thinking else {})})
         elif role == "tool":
             messages.append({"role": role, "content": content, "tool_call_id": calls.answered(tool_name or None)})
         else:
@@ -246,7 +252,7 @@ def parse_generate(body: dict[str, Any], model: Model) -> OllamaRequest:
         value = r.body.get(field)
         if not any(value == e and type(value) is type(e) for e in empty):
             r.problem(field, "not supported", why, value)
-    options, generation = _common(r, model)
+    options, generation, effort = _common(r, model)
     prompt, system = text(r, "prompt"), text(r, "system")
     raw = r.boolean("raw")
     images = _images(r, "images", r.body.get("images"), model.media)
@@ -256,5 +262,5 @@ def parse_generate(body: dict[str, Any], model: Model) -> OllamaRequest:
     r.done()
     messages = [{"role": "system", "content": system}] if system else []
     messages.append({"role": "user", "content": MEDIA_MARKER * len(images) + without_marker(prompt or "")})
-    chat = ChatRequest(name, messages, generation, images=tuple(images))
+    chat = ChatRequest(name, messages, generation, reasoning_effort=effort, images=tuple(images))
     return OllamaRequest(chat, raw, options.num_ctx, not prompt)

@@ -20,8 +20,7 @@ from worker.api.problems import InvalidRequest, Problem, parse_json_object
 from worker.api.reasoning_budgets import thinks
 from worker.api.request_checks import admitted
 from worker.api.state import WORKER, WorkerState
-from worker.api.tools.answer import Answer
-from worker.engine import ChatPrompt, TokenEvent
+from worker.engine import Answer, ChatPrompt, TokenEvent
 
 routes = web.RouteTableDef()
 
@@ -67,7 +66,7 @@ async def _answer(request: web.Request, handle: TrackedHandle, answer: Answer, r
     async for event in handle:
         if isinstance(event, TokenEvent):
             release = answer.feed(event.text)
-            await send(reply.piece(release.text, event.reasoning, release.calls, event.logprobs))
+            await send(reply.piece(release.text, release.reasoning, release.calls, event.logprobs))
     finished = handle.ended
     if finished.reason not in DONE_REASONS:
         failure = {"error": finished.message or finished.reason.value}
@@ -76,7 +75,7 @@ async def _answer(request: web.Request, handle: TrackedHandle, answer: Answer, r
         await send_line(response, failure)
         return response
     release = answer.finish()
-    await send(reply.piece(release.text, calls=release.calls))
+    await send(reply.piece(release.text, release.reasoning, release.calls))
     last = reply.last(finished, time.monotonic() - started, whole=response is None)
     if response is None:
         return web.json_response(last)
@@ -98,9 +97,10 @@ def _generation_route(path: str, parse: Callable[[dict[str, Any], Model], Ollama
         if parsed.loads_only:
             return web.json_response(reply.loaded())
         turn = await _turn(worker, parsed)
-        choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"], model)
+        choices = engine_requests(worker, turn, request["request_id"], model)
         async with generating(worker, choices) as (handle,):
-            return await _answer(request, handle, turn.answers(), reply, generation.stream, started)
+            return await _answer(request, handle, turn.answers(generation.stream), reply, generation.stream,
+                                 started)
 
     routes.post(path)(handler)
 

@@ -8,7 +8,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from worker.api.adapters import read_lora
-from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatRequest, Generation, read_sampling
+from worker.api.generation_fields import (
+    MAX_STOP_BYTES,
+    MAX_STOP_STRINGS,
+    ChatRequest,
+    Generation,
+    check_ending,
+    earlier_reasoning,
+    read_reasoning_format,
+    read_sampling,
+    read_template_kwargs,
+)
 from worker.api.images import ImageInput, ImageLink, MediaIntake, image_from_url, without_marker
 from worker.api.problems import Reader, integral
 from worker.api.reasoning_budgets import effort_budget
@@ -176,8 +186,10 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
             calls_only = role == "assistant" and message.get("tool_calls") and message.get("content") is None
             content = "" if calls_only else _content(r, i, message.get("content"), images, intake)
             if role in ROLES and content is not None:
-                # OpenAI's newer name for the system role; chat templates written before it know only "system".
-                messages.append({"role": "system" if role == "developer" else role, "content": content, **tool_fields})
+                # developer stays developer: llama.cpp's chat layer makes it system for templates that want so.
+                messages.append({"role": role, "content": content, **tool_fields,
+                                 **earlier_reasoning(r, f"messages[{i}]", message)})
+        check_ending(r, messages)
     generation = _openai_generation(r, n_vocab, defaults, max_choices, check_grammar, loras)
     generation = replace(generation, logprobs=_chat_logprobs(r), sampling=effort_budget(r, generation.sampling))
     tools = read_tools(r)
@@ -187,15 +199,12 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
                   "and no JSON response_format", r.body.get("tool_choice"))
     if r.boolean("echo"):
         r.problem("echo", "echo == false", "echo is a completions field; chat does not repeat the messages", True)
-    template_kwargs = r.body.get("chat_template_kwargs")
-    if template_kwargs is None:
-        template_kwargs = {}
-    elif not isinstance(template_kwargs, dict):
-        r.problem("chat_template_kwargs", "an object", "chat_template_kwargs must be an object of template "
-                  "variables, e.g. {\"enable_thinking\": false}", template_kwargs)
-        template_kwargs = {}
+    template_kwargs = read_template_kwargs(r)
+    effort = r.body.get("reasoning_effort") if isinstance(r.body.get("reasoning_effort"), str) else None
+    reasoning_format = read_reasoning_format(r)
     r.done()
-    return ChatRequest(model, messages, generation, template_kwargs, tools, images=tuple(images))
+    return ChatRequest(model, messages, generation, template_kwargs, tools, effort, reasoning_format,
+                       images=tuple(images))
 
 
 def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),

@@ -21,8 +21,17 @@ from worker.api.openai.request import CompletionRequest, parse_chat, parse_compl
 from worker.api.problems import parse_json_object
 from worker.api.request_checks import admitted
 from worker.api.state import WORKER, WorkerState
-from worker.api.tools.answer import Answer, Call, Release
-from worker.engine import ChatPrompt, Finished, FinishReason, PromptLogprobs, TokenEvent, TokenLogprob
+from worker.engine import (
+    Answer,
+    ChatPrompt,
+    Finished,
+    FinishReason,
+    PromptLogprobs,
+    Release,
+    TokenEvent,
+    TokenLogprob,
+    ToolCall,
+)
 from worker.settings import MediaSettings
 
 if TYPE_CHECKING:
@@ -44,8 +53,8 @@ class Shape:
     chunk_object: str
     id_prefix: str
     # (index, text, reasoning, finish_reason, logprobs, tool calls) -> a choice, whole or as a delta; the calls
-    # are a whole choice's Calls, or a delta's tool_calls entries (only chat has any)
-    choice: Callable[[int, str, str, str | None, dict | None, tuple[Call, ...]], dict[str, Any]]
+    # are a whole choice's ToolCalls, or a delta's tool_calls entries (only chat has any)
+    choice: Callable[[int, str, str, str | None, dict | None, tuple[ToolCall, ...]], dict[str, Any]]
     delta: Callable[[int, str, str, str | None, dict | None, list[dict]], dict[str, Any]]
     opening_delta: Callable[[int], dict[str, Any]] | None  # chat streams announce the role first
     logprobs: Callable[[int], Formatter]  # a choice's formatter, given the characters before its first token
@@ -58,7 +67,7 @@ CHAT = Shape(
     choice=lambda index, text, reasoning, finish, logprobs, calls: {
         "index": index, "message": {"role": "assistant", "content": text if text or not calls else None,
                                     **({"reasoning_content": reasoning} if reasoning else {}),
-                                    **({"tool_calls": [call.as_json() for call in calls]} if calls else {})},
+                                    **({"tool_calls": [_call_json(call) for call in calls]} if calls else {})},
         "logprobs": logprobs, "finish_reason": finish},
     delta=lambda index, text, reasoning, finish, logprobs, calls: {
         "index": index, "delta": {**({"reasoning_content": reasoning} if reasoning else {}),
@@ -98,27 +107,29 @@ def _failure(finished: Finished) -> dict[str, Any]:
     return {"error": {"message": finished.message or code, "type": "server_error", "param": None, "code": code}}
 
 
-@dataclass(frozen=True)
-class Output:
-    """A whole choice: its answer, its reasoning, its logprob entries, and its prompt's scores (when asked)."""
-
-    text: str
-    reasoning: str
-    entries: tuple[TokenLogprob, ...]
-    prompt: PromptLogprobs | None
+def _call_json(call: ToolCall) -> dict[str, Any]:
+    return {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
 
 
-async def _collect(handle: TrackedHandle) -> Output:
-    texts, reasoning, prompt = [], [], None
+def _call_deltas(call: ToolCall) -> list[list[dict[str, Any]]]:
+    """OpenAI's streamed form of a whole call: each item is one chunk's delta.tool_calls, first the index, id, type
+    and name (arguments ""), then the arguments."""
+    return [[{"index": call.index, "id": call.id, "type": "function",
+              "function": {"name": call.name, "arguments": ""}}],
+            [{"index": call.index, "function": {"arguments": call.arguments}}]]
+
+
+async def _collect(handle: TrackedHandle) -> tuple[str, tuple[TokenLogprob, ...], PromptLogprobs | None]:
+    """A whole choice's text, its logprob entries, and its prompt's scores (when asked)."""
+    texts, prompt = [], None
     entries: list[TokenLogprob] = []
     async for event in handle:
         if isinstance(event, TokenEvent):
             texts.append(event.text)
-            reasoning.append(event.reasoning)
             entries.extend(event.logprobs)
         elif isinstance(event, PromptLogprobs):
             prompt = event
-    return Output("".join(texts), "".join(reasoning), tuple(entries), prompt)
+    return "".join(texts), tuple(entries), prompt
 
 
 def _finish_reason(finished: Finished, answer: Answer) -> str:
@@ -128,13 +139,13 @@ def _finish_reason(finished: Finished, answer: Answer) -> str:
 
 
 async def _send_release(response: web.StreamResponse, chunk: dict[str, Any], shape: Shape, index: int,
-                        release: Release, reasoning: str = "", logprobs: dict | None = None) -> None:
+                        release: Release, logprobs: dict | None = None) -> None:
     """A choice's newly released text (with its reasoning and logprobs), then its new calls, as deltas."""
-    if release.text or reasoning or logprobs is not None:
-        delta = shape.delta(index, release.text, reasoning, None, logprobs, [])
+    if release.text or release.reasoning or logprobs is not None:
+        delta = shape.delta(index, release.text, release.reasoning, None, logprobs, [])
         await sse.send(response, {**chunk, "choices": [delta]})
     for call in release.calls:
-        for part in call.deltas():
+        for part in _call_deltas(call):
             await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", None, None, part)]})
 
 
@@ -143,22 +154,22 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
     """`model`: the served model or LoRA adapter the request named; `echo`: text that leads every choice (a
     completion's prompt, when asked for)."""
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
-    prompt, generation = turn.prompt, turn.generation
-    choices = engine_requests(worker, prompt, generation, request["request_id"], model)
+    generation = turn.generation
+    choices = engine_requests(worker, turn, request["request_id"], model)
     wants_logprobs = generation.logprobs is not None
     # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
     scorer = CompletionLogprobs(0) if generation.scores_prompt else None
     formats = [scorer.format if scorer else shape.logprobs(len(echo)) for _ in choices]
-    answers = [turn.answers() for _ in choices]
+    answers = [turn.answers(generation.stream) for _ in choices]
 
-    def whole_logprobs(index: int, output: Output) -> dict | None:
+    def whole_logprobs(index: int, entries: tuple[TokenLogprob, ...], scored: PromptLogprobs | None) -> dict | None:
         if not wants_logprobs:
             return None
         leading = None
         if scorer:  # first: the prompt's offsets come first
-            assert output.prompt is not None  # a scored prompt's scores come before its answer
-            leading = scorer.prompt(output.prompt)
-        answer = formats[index](output.entries)
+            assert scored is not None  # a scored prompt's scores come before its answer
+            leading = scorer.prompt(scored)
+        answer = formats[index](entries)
         return joined(leading, answer) if leading else answer
 
     async with generating(worker, choices) as handles:
@@ -167,11 +178,11 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
             finished = [handle.ended for handle in handles]
             if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
                 return web.json_response(_failure(failed), status=FAILED_STATUS[failed.reason])
-            releases = [answer.feed(output.text) + answer.finish() for answer, output in zip(answers, outputs)]
+            releases = [answer.feed(text) + answer.finish() for answer, (text, _, _) in zip(answers, outputs)]
             return web.json_response({
                 **header, "object": shape.object,
-                "choices": [shape.choice(index, echo + release.text, output.reasoning,
-                                         _finish_reason(f, answers[index]), whole_logprobs(index, output),
+                "choices": [shape.choice(index, echo + release.text, release.reasoning,
+                                         _finish_reason(f, answers[index]), whole_logprobs(index, *output[1:]),
                                          release.calls)
                             for index, (output, f, release) in enumerate(zip(outputs, finished, releases))],
                 "usage": _usage(finished),
@@ -190,8 +201,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, echo, "", None, scores, [])]})
             elif isinstance(event, TokenEvent):
                 logprobs = formats[index](event.logprobs) if wants_logprobs else None
-                await _send_release(response, chunk, shape, index, answers[index].feed(event.text), event.reasoning,
-                                    logprobs)
+                await _send_release(response, chunk, shape, index, answers[index].feed(event.text), logprobs)
             elif isinstance(event, Finished) and event.reason in _FINISH_REASONS:
                 await _send_release(response, chunk, shape, index, answers[index].finish())
                 finish = _finish_reason(event, answers[index])

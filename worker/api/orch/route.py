@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from worker.api import sse
+from worker.api.chat_turn import Turn
 from worker.api.error_shapes import RETRY_AFTER_S, queue_full
 from worker.api.generation import engine_requests, generating
 from worker.api.orch.request import ExecuteRequest, parse_execute
@@ -83,7 +84,7 @@ def _end_events(finished: Finished, vram: int) -> list[dict]:
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
     tokens = worker.require_served().prompts.tokenize(job.prompt)
-    choices = engine_requests(worker, ChatPrompt(tokens, reasoning=None), job.generation, request["request_id"])
+    choices = engine_requests(worker, Turn(ChatPrompt(tokens, reasoning=None), job.generation), request["request_id"])
     async with generating(worker, choices) as (handle,):
         worker.jobs[job.job_id] = handle.cancel
         try:

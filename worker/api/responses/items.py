@@ -8,8 +8,8 @@ import copy
 import uuid
 from typing import Any
 
-from worker.api.tools.answer import Call
 from worker.engine import Finished, FinishReason
+from worker.engine import ToolCall as Call
 
 Item = dict[str, Any]
 Event = dict[str, Any]  # without its sequence_number, which the sender numbers

@@ -23,8 +23,7 @@ from worker.api.responses.items import Event, OutputItems
 from worker.api.responses.request import ResponsesRequest, parse_responses
 from worker.api.responses.store import Message, ResponseStore, Stored
 from worker.api.state import WORKER
-from worker.api.tools.answer import Answer
-from worker.engine import Finished, FinishReason
+from worker.engine import Answer, Finished, FinishReason
 
 log = structlog.get_logger(__name__)
 routes = web.RouteTableDef()
@@ -106,8 +105,8 @@ async def create(request: web.Request) -> web.StreamResponse:
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": model, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}
-    choices = engine_requests(worker, turn.prompt, turn.generation, request["request_id"], chat.model)
-    answer = turn.answers()
+    choices = engine_requests(worker, turn, request["request_id"], chat.model)
+    answer = turn.answers(parsed.stream)
     async with generating(worker, choices) as (handle,):
         if parsed.stream:
             return await _stream(request, handle, answer, response, parsed)

@@ -31,9 +31,14 @@ class Function:
 @dataclass(frozen=True)
 class Tools:
     functions: tuple[Function, ...]
-    forced: bool  # required or a named function: the answer is a call
+    choice: str  # auto | required (a named function too) | none (shown to the model, its calls not read)
     only: str | None  # the function a named tool_choice forces
-    parallel: bool  # parallel_tool_calls: a forced answer may hold several calls
+    parallel: bool  # parallel_tool_calls: an answer may hold several calls
+
+    @property
+    def forced(self) -> bool:
+        """required or a named function: the answer is a call."""
+        return self.choice == "required"
 
     @property
     def callable(self) -> tuple[Function, ...]:
@@ -42,8 +47,8 @@ class Tools:
 
 
 def read_tools(r: Reader) -> Tools | None:
-    """The request's tools; None when there are none to offer (no tools, or tool_choice none: the tools are not shown
-    to the model, and its answer is not read for calls)."""
+    """The request's tools; None when there are none. With tool_choice none they are shown to the model, as
+    llama-server shows them, and its answer is not read for calls."""
     raw = r.body.get("tools")
     functions: list[Function] = []
     schema_fields: dict[str, str] = {}
@@ -59,9 +64,9 @@ def read_tools(r: Reader) -> Tools | None:
     offered = isinstance(raw, list) and bool(raw)
     if choice == "required" and not offered:
         r.problem("tool_choice", "tools to choose from", f"tool_choice {choice!r} needs tools", r.body["tool_choice"])
-    if choice == "none" or not offered:
+    if not offered:
         return None
-    tools = Tools(tuple(functions), forced=choice == "required", only=only, parallel=parallel)
+    tools = Tools(tuple(functions), choice, only=only, parallel=parallel)
     check_forced(r, tools, schema_fields)
     return tools
 

@@ -22,7 +22,6 @@ from worker.engine.native.memory import Cuts
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.output.logprobs import LogprobReader
-from worker.engine.output.reasoning import END_OF_THINKING
 from worker.engine.output.sampler import Sampler
 from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
 from worker.engine.sequence import Sequence, SequenceState
@@ -64,9 +63,7 @@ class ModelRunner:
         # Rows of image embeddings: a prefill chunk's at most.
         self._embd_batch = llama_cpp.llama_batch_init(max_rows, model.n_embd, 1) if projector else None
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
-        # parse_special: where the vocab has </think> as one control token (Qwen3), that token.
-        end_of_thinking = model.tokenize(END_OF_THINKING, add_special=False, parse_special=True)
-        self._output = TokenOutput(end_of_thinking, model.is_eog, model.piece)
+        self._output = TokenOutput(model.is_eog, model.piece, model.token_bytes)
         self._switched = False  # the context's LoRA adapters changed since its last llama_decode
         self.cells = CellTransfer(model, cache)  # cells between slots, host memory and files
         self.decode_s = 0.0  # cumulative time inside llama_decode
@@ -108,7 +105,8 @@ class ModelRunner:
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
-        seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, text_only(seq.prompt))
+        seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, text_only(seq.prompt),
+                              seq.request.preserved_tokens)
         if self.speculator:
             self.speculator.start(seq)
 
@@ -368,13 +366,13 @@ class ModelRunner:
 
     def _sample(self, seq: Sequence, row: int, now: float, events: Events) -> int | None:
         """Draw the sequence's next token from logits row `row` with its own chain (None: none, it retired)."""
-        thinking = seq.text.thinking
-        reasoning = thinking is not None and thinking.in_reasoning
+        phase = seq.text.phase
+        reasoning = phase is not None and phase.in_reasoning
         token = self._output.forced_token(seq, reasoning)
         if token is None:
             sampler = seq.sampler
             assert sampler is not None  # start gives it its chain; retired, it samples no more
-            token = sampler.sample(self.model.ctx, row, constrained=not reasoning)
+            token = sampler.sample(self.model.ctx, row, reasoning)
             if reasoning:
                 seq.thought += 1
         if token is None:  # the grammar allows no token here (it needs text no token spells)

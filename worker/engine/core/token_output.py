@@ -1,6 +1,7 @@
 """What one sampled token adds to a request's answer: its text, its released log probabilities, and whether the
-answer ends there; and the end-of-thinking marker for a reasoning that spent its budget. No llama.cpp: the model
-enters as two lookups (end of generation, a token's bytes), so the rules run in unit tests without a model."""
+answer ends there; and the end of thinking for a reasoning that spent its budget. No llama.cpp: the model enters as
+three lookups (end of generation, a token's bytes, a control token's text), so the rules run in unit tests without a
+model."""
 
 from __future__ import annotations
 
@@ -12,20 +13,21 @@ from worker.engine.sequence import Sequence
 
 
 class TokenOutput:
-    def __init__(self, end_of_thinking: list[int], is_eog: Callable[[int], bool],
-                 piece: Callable[[int], bytes]) -> None:
-        self._end_of_thinking = end_of_thinking  # the marker's tokens in this vocabulary
+    def __init__(self, is_eog: Callable[[int], bool], piece: Callable[[int], bytes],
+                 special_piece: Callable[[int], bytes]) -> None:
         self._is_eog = is_eog
-        self._piece = piece
+        self._piece = piece  # a token's bytes as the output writes them: control tokens write none
+        self._special_piece = special_piece  # with control tokens' text: the request's preserved tokens
 
     def forced_token(self, seq: Sequence, reasoning: bool) -> int | None:
-        """The end-of-thinking marker's next token, once the reasoning has spent its budget (None: sample).
+        """The end of thinking's next token, once the reasoning has spent its budget (None: sample).
 
-        The marker is written whole, one token a step, as if sampled (the logits row still scores it for
-        logprobs); the grammar, which waits for the answer, does not see it."""
+        The request's end tag is written whole, one token a step, as if sampled (the logits row still scores it
+        for logprobs); a grammar of the answer does not see it, one of the whole output does."""
         budget = seq.request.sampling.reasoning_budget
-        if not seq.forced and reasoning and budget is not None and seq.thought >= budget:
-            seq.forced = list(self._end_of_thinking)
+        thinking = seq.request.reasoning
+        if not seq.forced and reasoning and thinking is not None and budget is not None and seq.thought >= budget:
+            seq.forced = list(thinking.end_tokens)
         if not seq.forced:
             return None
         token = seq.forced.pop(0)
@@ -46,7 +48,8 @@ class TokenOutput:
             reason: FinishReason | None = FinishReason.EOS
             out = text.flush()
         else:
-            out = text.feed(self._piece(token))
+            special = token in seq.request.preserved_tokens
+            out = text.feed(self._special_piece(token) if special else self._piece(token))
             if text.matched is not None:
                 reason = FinishReason.STOP
             elif len(seq.generated) >= seq.request.max_tokens:
@@ -54,10 +57,9 @@ class TokenOutput:
                 out += text.flush()
             else:
                 reason = None
-        reasoning = text.take_reasoning()
-        if not (out or reasoning):
+        if not out:
             return None, reason
-        return TokenEvent(out, len(seq.generated), released(seq, reasoning + out, reason), reasoning), reason
+        return TokenEvent(out, len(seq.generated), released(seq, out, reason)), reason
 
 
 def released(seq: Sequence, text: str, reason: FinishReason | None) -> tuple[TokenLogprob, ...]:

@@ -1,40 +1,34 @@
 """Token bytes -> streamable text: whole UTF-8 characters, stop strings held back. Correct by construction: what
 `feed` returns, concatenated, is exactly the final text, and no prefix of a stop string is released before it is
-known not to match."""
+known not to match. A thinking model's reasoning passes through as written: stop strings look only at its answer."""
 
 from __future__ import annotations
 
 import codecs
 
-from worker.engine.output.reasoning import ThinkingSplit
+from worker.engine.output.reasoning import ReasoningPhase
 
 
 class StreamingText:
-    def __init__(self, stop: tuple[str, ...] = (), thinking: ThinkingSplit | None = None) -> None:
+    def __init__(self, stop: tuple[str, ...] = (), phase: ReasoningPhase | None = None) -> None:
         # "replace" so that invalid bytes from a model never crash a stream.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._stop = tuple(s for s in stop if s)
         self._held = ""  # decoded text that might still start a stop string
         self.matched: str | None = None
-        self.thinking = thinking  # a thinking model's reasoning is split off before stop strings look
-
-    def _answer(self, piece: bytes, final: bool = False) -> str:
-        text = self._utf8.decode(piece, final=final)
-        return self.thinking.feed(text) if self.thinking is not None else text
-
-    def take_reasoning(self) -> str:
-        """Reasoning text released since the last call ("" for a model that does not think)."""
-        return self.thinking.take_reasoning() if self.thinking is not None else ""
+        self.phase = phase  # a thinking model's: where its reasoning ends, which stop strings do not look into
 
     def feed(self, piece: bytes) -> str:
-        """Add one token's bytes; return the answer text that is now safe to release."""
+        """Add one token's bytes; return the text that is now safe to release."""
         if self.matched is not None:
             return ""
-        self._held += self._answer(piece)
+        text = self._utf8.decode(piece)
+        reasoning, answer = self.phase.feed(text) if self.phase is not None else ("", text)
+        self._held += answer
         if not self._stop:
             out, self._held = self._held, ""
-            return out
-        return self._release()
+            return reasoning + out
+        return reasoning + self._release()
 
     def _release(self) -> str:
         first = None
@@ -64,8 +58,9 @@ class StreamingText:
         """At the end of generation: everything still held (no stop string matched)."""
         if self.matched is not None:
             return ""
-        out = self._held + self._answer(b"", final=True)
-        if self.thinking is not None:
-            out += self.thinking.flush()
-        self._held = ""
-        return out
+        text = self._utf8.decode(b"", final=True)
+        reasoning, answer = self.phase.feed(text) if self.phase is not None else ("", text)
+        if self.phase is not None:
+            answer += self.phase.flush()[1]
+        out, self._held = self._held + answer, ""
+        return reasoning + out

@@ -1,102 +1,72 @@
-"""A thinking model's output (Qwen3, the DeepSeek-R1 distills), split into its reasoning (<think>…</think>) and its
-answer, as llama.cpp's `deepseek` reasoning format splits it."""
+"""Where a thinking model's output is: its reasoning, between its chat template's start tag and an end tag (<think>…
+</think>, gpt-oss's analysis channel up to <|end|>, ...), or its answer. The text itself passes through whole (a chat's
+answer is split into reasoning and content by llama.cpp's parser, api/chat_reply.py); the phase decides what the
+engine's own rules see: stop strings and a grammar of the answer look only at the answer, a reasoning budget counts
+only the reasoning."""
 
 from __future__ import annotations
 
 import enum
 
-OPEN_TAG = "<think>"
-CLOSE_TAG = "</think>"
-# Written for the model when its reasoning_budget is spent: the tag, and the blank line thinking models write
-# before their answer (which the split drops), so the answer that follows starts as it would have.
-END_OF_THINKING = CLOSE_TAG + "\n\n"
-
-
-def thinks(template: str | None) -> bool:
-    """Whether a chat template is a thinking model's (it writes <think> itself, as llama.cpp detects it)."""
-    return template is not None and OPEN_TAG in template
-
-
-def opens_in_prompt(prompt: str) -> bool:
-    """The template opened the reasoning at the end of the generation prompt."""
-    return prompt.rstrip().endswith(OPEN_TAG)
+from worker.engine.requests import Reasoning
 
 
 class _Phase(enum.Enum):
-    START = "start"  # the output may still open with <think>
+    START = "start"  # the output may still open with the start tag
     REASONING = "reasoning"
-    ANSWER_START = "answer_start"  # after </think>: whitespace before the answer is dropped
     ANSWER = "answer"
 
 
-def _partial_tag(text: str, tag: str) -> int:
-    """Length of the longest tail of `text` that begins `tag` (0 if none)."""
-    for n in range(min(len(text), len(tag) - 1), 0, -1):
-        if tag.startswith(text[-n:]):
-            return n
-    return 0
+class ReasoningPhase:
+    """Decoded text in; each piece back cut where the reasoning ends: (reasoning, answer), in that order.
 
+    The reasoning opens in the prompt (the template ends its opening of the answer with the start tag, e.g. Qwen3's
+    <think>) or at the very start of the output (after whitespace); up to and including the first end tag it is
+    reasoning, the rest is the answer, and a reasoning that never closes is all reasoning. At the start, text that may
+    still be the start tag is held until the next piece settles it; once reasoning, nothing is held: an end tag cut
+    across pieces is found in the reasoning already passed on."""
 
-class ThinkingSplit:
-    """Decoded text in; answer text out of `feed`, reasoning text gathered for `take_reasoning`.
-
-    The reasoning opens in the prompt (the template ends the generation prompt with <think>, e.g. Qwen3 with
-    enable_thinking) or at the very start of the output; everything up to </think> is reasoning, the rest is the
-    answer (its leading whitespace dropped), and a reasoning that never closes is all reasoning. Tag text is never
-    released early: a possible partial tag is held back until the next piece settles it.
-    """
-
-    def __init__(self, opened_in_prompt: bool) -> None:
-        self._phase = _Phase.REASONING if opened_in_prompt else _Phase.START
-        self._held = ""
-        self._reasoning: list[str] = []
+    def __init__(self, reasoning: Reasoning) -> None:
+        self._start = reasoning.start_tag
+        self._ends = tuple(tag for tag in reasoning.end_tags if tag)
+        self._phase = _Phase.REASONING if reasoning.opened_in_prompt else _Phase.START
+        self._held = ""  # at the start: text that may still open the reasoning
+        # Once reasoning: its last characters, where an end tag's beginning may already have passed.
+        self._tail = ""
+        self._reach = max((len(tag) for tag in self._ends), default=1) - 1
 
     @property
     def in_reasoning(self) -> bool:
-        """Inside <think>…</think>: what is sampled now is not the answer (a grammar waits for the answer;
-        before the output has opened a reasoning it is the answer's, so under a grammar none opens)."""
+        """Inside the reasoning: what is sampled now is not the answer (a grammar of the answer waits for it; before
+        the output has opened a reasoning it is the answer's, so under such a grammar none opens)."""
         return self._phase is _Phase.REASONING
 
-    def feed(self, text: str) -> str:
-        self._held += text
-        answer = []
-        while self._held:
-            phase = self._phase
-            if phase is _Phase.START:
-                stripped = self._held.lstrip()
-                if stripped.startswith(OPEN_TAG):
-                    self._phase, self._held = _Phase.REASONING, stripped[len(OPEN_TAG):]
-                elif OPEN_TAG.startswith(stripped):
-                    break  # too short to tell
-                else:
-                    self._phase = _Phase.ANSWER
-            elif phase is _Phase.REASONING:
-                at = self._held.find(CLOSE_TAG)
-                if at < 0:
-                    keep = _partial_tag(self._held, CLOSE_TAG)
-                    self._reasoning.append(self._held[:len(self._held) - keep])
-                    self._held = self._held[len(self._held) - keep:]
-                    break
-                self._reasoning.append(self._held[:at])
-                self._phase, self._held = _Phase.ANSWER_START, self._held[at + len(CLOSE_TAG):]
-            elif phase is _Phase.ANSWER_START:
-                self._held = self._held.lstrip()
-                if self._held:
-                    self._phase = _Phase.ANSWER
+    def feed(self, text: str) -> tuple[str, str]:
+        if self._phase is _Phase.START:
+            self._held += text
+            stripped = self._held.lstrip()
+            if self._start and stripped.startswith(self._start):
+                self._phase, text, self._held = _Phase.REASONING, self._held, ""
+            elif self._start and self._start.startswith(stripped):
+                return "", ""  # too short to tell
             else:
-                answer.append(self._held)
-                self._held = ""
-        return "".join(answer)
+                self._phase, held, self._held = _Phase.ANSWER, self._held, ""
+                return "", held
+        if self._phase is _Phase.ANSWER:
+            return "", text
+        return self._reasoning(text)
 
-    def flush(self) -> str:
-        """At the end: what is still held goes where it was heading (an unfinished tag stays reasoning)."""
+    def _reasoning(self, text: str) -> tuple[str, str]:
+        window = self._tail + text
+        ends = [(at + len(tag), at) for tag in self._ends if (at := window.find(tag)) >= 0]
+        if not ends:
+            self._tail = window[len(window) - self._reach:] if self._reach else ""
+            return text, ""
+        cut = min(ends)[0] - len(self._tail)  # where the first end tag ends, in `text`
+        self._phase, self._tail = _Phase.ANSWER, ""
+        return text[:cut], text[cut:]
+
+    def flush(self) -> tuple[str, str]:
+        """At the end: what is still held is the answer's (it never became the start tag)."""
         held, self._held = self._held, ""
-        if self._phase is _Phase.REASONING:
-            self._reasoning.append(held)
-            return ""
-        return "" if self._phase is _Phase.ANSWER_START else held
-
-    def take_reasoning(self) -> str:
-        out = "".join(self._reasoning)
-        self._reasoning.clear()
-        return out
+        return "", held

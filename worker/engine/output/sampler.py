@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import llama_cpp
+import structlog
 
 from worker.engine.constraints.grammar import GrammarSampler
 from worker.engine.constraints.lazy_grammar import LazyGrammar
 from worker.engine.output.seeded_draw import SeededDraw, random_seed
 from worker.engine.requests import SamplingParams
+
+log = structlog.get_logger(__name__)
 
 
 def build_chain(params: SamplingParams, n_vocab: int,
@@ -56,7 +59,7 @@ class Sampler:
     """
 
     def __init__(self, params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int,
-                 prompt: list[int]) -> None:
+                 prompt: list[int], preserved: frozenset[int] = frozenset()) -> None:
         # Kept here: the draw's Python callback must live as long as the chain that calls it.
         seed = random_seed() if params.seed is None else params.seed
         self._draw = SeededDraw(seed) if params.temperature > 0 else None
@@ -64,20 +67,39 @@ class Sampler:
         if penalized:  # penalties look back over the prompt too, as llama-server's do
             for token in prompt[-params.repeat_last_n:]:
                 llama_cpp.llama_sampler_accept(self.chain, token)
-        self.grammar = _grammar(params, vocab, n_vocab)
+        self.grammar = _grammar(params, vocab, n_vocab, preserved)
+        # The grammar describes the whole output, reasoning included, from the template's opening of the answer:
+        # it first takes that opening, as llama.cpp's chat layer means it.
+        self._whole = params.grammar_prefill is not None and isinstance(self.grammar, GrammarSampler)
+        if self._whole and not self.take(list(params.grammar_prefill or ())):
+            log.warning("grammar_dropped", why="it refuses the chat template's opening of the answer")
+            self._drop_grammar()
 
-    def sample(self, ctx: llama_cpp.llama_context_p, row: int, constrained: bool = True) -> int | None:
+    def sample(self, ctx: llama_cpp.llama_context_p, row: int, reasoning: bool = False) -> int | None:
         """The next token from logits row `row`; None when the grammar allows no token at all.
 
-        `constrained` False: the grammar neither restricts nor sees this token (a thinking model's reasoning:
-        the grammar is for the answer)."""
+        `reasoning`: a thinking model's reasoning is being sampled, which a grammar of the answer neither restricts
+        nor sees (a grammar of the whole output does)."""
         if self.grammar is None:
             return llama_cpp.llama_sampler_sample(self.chain, ctx, row)
-        return self.grammar.sample(self.chain, ctx, row, constrained)
+        return self.grammar.sample(self.chain, ctx, row, constrained=self._whole or not reasoning)
 
     def accept(self, token: int) -> None:
-        """A token the engine wrote instead of sampling (the end-of-thinking marker): the penalties see it too."""
+        """A token the engine wrote instead of sampling (the end of thinking): the penalties see it too, and a
+        grammar of the whole output."""
         llama_cpp.llama_sampler_accept(self.chain, token)
+        if self._whole and not self.take([token]):
+            log.warning("grammar_dropped", why="it refuses the end of thinking a spent budget wrote")
+            self._drop_grammar()
+
+    def take(self, tokens: list[int]) -> bool:
+        assert isinstance(self.grammar, GrammarSampler)
+        return self.grammar.take(tokens)
+
+    def _drop_grammar(self) -> None:
+        assert self.grammar is not None
+        self.grammar.free()
+        self.grammar, self._whole = None, False
 
     def free(self) -> None:
         llama_cpp.llama_sampler_free(self.chain)
@@ -85,10 +107,10 @@ class Sampler:
             self.grammar.free()
 
 
-def _grammar(params: SamplingParams, vocab: llama_cpp.llama_vocab_p,
-             n_vocab: int) -> GrammarSampler | LazyGrammar | None:
+def _grammar(params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int,
+             preserved: frozenset[int]) -> GrammarSampler | LazyGrammar | None:
     if not params.grammar:
         return None
-    if params.grammar_trigger is None:
+    if not params.grammar_triggers:
         return GrammarSampler(vocab, params.grammar, n_vocab)
-    return LazyGrammar(vocab, params.grammar, n_vocab, params.grammar_trigger)
+    return LazyGrammar(vocab, params.grammar, n_vocab, params.grammar_triggers, preserved)

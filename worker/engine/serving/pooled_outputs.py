@@ -15,6 +15,7 @@ from worker.engine.pooling.rerank import (
     relevance_messages,
     yes_no_scores,
 )
+from worker.engine.requests import Chat
 from worker.engine.serving.prompts import Prompts
 
 
@@ -55,7 +56,7 @@ class PooledOutputs:
             return self._model.pair_tokens(query, document)
         prompts = self._prompts
         thinking = EMPTY_THINKING if prompts.chat.thinks else ""
-        return prompts.chat_prompt(prompts.chat_text(relevance_messages(query, document)) + thinking).tokens
+        return prompts.tokenize_chat(prompts.chat_text(Chat(tuple(relevance_messages(query, document)))) + thinking)
 
     async def rerank(self, reranker: Reranker, prompts: list[list[int]], request_id: str) -> list[float]:
         """Each prompt's relevance score (rerank_tokens' prompts, each within reranker.limit tokens).

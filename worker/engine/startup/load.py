@@ -42,7 +42,7 @@ def load_model(path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop
     projector = None
     try:
         projector = Projector(config.mmproj, model) if config.mmproj else None
-        prompts = Prompts(model, projector, chat_template, template_kwargs)
+        prompts = Prompts(model, projector, chat_template, template_kwargs, config.reasoning_format)
         engine = Engine(model, loop, projector)
         pooled = PooledOutputs(engine, prompts)
     except BaseException:  # a draft model that cannot draft for it, or a projector made for another model

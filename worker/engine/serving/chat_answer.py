@@ -1,0 +1,86 @@
+"""One choice's answer as the client gets it: reasoning, content and tool calls, read from the model's text by
+llama.cpp's parser for its chat's format (native/chat_layer.py), as llama-server reads it. Every route feeds it the text
+as it arrives and sends what it releases, so a streamed answer adds up to the whole one."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+
+import structlog
+
+from worker.engine.answer import Release, ToolCall
+from worker.engine.errors import ChatTemplateError
+from worker.engine.native.chat_layer import AnswerParser, ChatParams, Message
+
+log = structlog.get_logger(__name__)
+
+
+class ChatAnswer:
+    """The model's text in, the answer out, as it streams.
+
+    Reasoning and content are released as the parser settles them (text that may still open a call or close the
+    reasoning is held); tool calls are released whole, once the answer has ended and reads as its format. An answer
+    that does not (a call with bad JSON, or naming no offered tool, or text where the format allows none) is read
+    again as a chat without tools: its calls stay text, never an error (`without_tools` renders that chat's
+    parser); llama-server would fail the request instead."""
+
+    def __init__(self, params: ChatParams, reasoning_format: str, continuation: bool,
+                 without_tools: Callable[[], ChatParams] | None = None, streamed: bool = False) -> None:
+        self._parser = AnswerParser(params, reasoning_format, continuation, streamed)
+        self._reasoning_format, self._continuation, self._streamed = reasoning_format, continuation, streamed
+        self._without_tools = without_tools
+        self._text: list[str] = []  # the model's text so far
+        self._sent = Release()  # what was released
+        self.called = False  # some call was released: the choice finishes with "tool_calls"
+
+    def feed(self, text: str) -> Release:
+        self._text.append(text)
+        try:
+            deltas, _ = self._parser.feed(text, final=False)
+        except ChatTemplateError:  # a partial answer the parser cannot diff yet: the end reads it whole
+            return Release()
+        return self._released(Release("".join(d.content for d in deltas), "".join(d.reasoning for d in deltas)))
+
+    def finish(self) -> Release:
+        try:
+            deltas, message = self._parser.feed("", final=True)
+        except ChatTemplateError as unread:
+            return self._read_without_tools(str(unread))
+        finally:
+            self._parser.close()
+        assert message is not None  # the last feed returns the whole message
+        return self._released(Release("".join(d.content for d in deltas), "".join(d.reasoning for d in deltas),
+                                      self._calls(message)))
+
+    def _calls(self, message: Message) -> tuple[ToolCall, ...]:
+        calls = tuple(ToolCall(i, "call_" + uuid.uuid4().hex[:24], name, arguments or "{}")
+                      for i, (name, arguments) in enumerate(message.calls))
+        self.called = bool(calls)
+        return calls
+
+    def _read_without_tools(self, why: str) -> Release:
+        """The whole answer as a chat without tools reads it, less what was released; the calls stay text."""
+        text = "".join(self._text)
+        log.warning("answer_unread", why=why[:200], text=text[:200])
+        read = Release(text)  # not even as text: the text as the model wrote it
+        if self._without_tools is not None:
+            parser = AnswerParser(self._without_tools(), self._reasoning_format, self._continuation, self._streamed)
+            try:  # deltas from what a continued message held already: the answer's own part, as released
+                deltas, _ = parser.feed(text, final=True)
+                read = Release("".join(d.content for d in deltas), "".join(d.reasoning for d in deltas))
+            except ChatTemplateError:
+                pass
+            finally:
+                parser.close()
+        return self._released(Release(_after(read.text, self._sent.text),
+                                      _after(read.reasoning, self._sent.reasoning)))
+
+    def _released(self, release: Release) -> Release:
+        self._sent += release
+        return release
+
+
+def _after(whole: str, sent: str) -> str:
+    """What `whole` adds to what was sent already (nothing, if what was sent is not its start)."""
+    return whole[len(sent):] if whole.startswith(sent) else ""
