@@ -1,10 +1,11 @@
-"""tool_choice auto: the lazy grammar on the engine's sampler alone, in this process, on the test model
-(tests/e2e/test_tools.py: through the API)."""
+"""Tool calls' grammars as llama.cpp's chat layer gives them, on the engine's sampler alone, in this process, on the test
+model: tool_choice auto's lazy grammar, woken by each format's triggers, and a forced call's grammar of the whole
+answer (tests/e2e/test_chat_formats.py: through the API)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -14,21 +15,21 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from tests.tools_helpers import WEATHER
-from worker.api.tools.answer import CallStream
-from worker.api.tools.formats import GENERIC_FORMAT, HERMES_FORMAT, LLAMA_3_FORMAT, MISTRAL_FORMAT, ToolFormat
-from worker.api.tools.grammar import call_grammar
-from worker.api.tools.request import Function, Tools
+from tests.chat_templates import TOOL, USER, WEATHER, template
 from worker.engine.constraints.grammar import grammar_problem
+from worker.engine.native.chat_layer import ChatParams, ChatTemplates
 from worker.engine.native.model import EngineConfig, LlamaModel
 from worker.engine.output.sampler import Sampler
-from worker.engine.requests import GrammarTrigger, SamplingParams
+from worker.engine.requests import Chat, GrammarTrigger, SamplingParams
+from worker.engine.serving.chat_answer import ChatAnswer
+from worker.engine.serving.chat_template import ChatTemplate
 
 # The model's first tokens are scripted (their logits raised far above the rest) as if it had written them.
-CHATML_ASK = "<|im_start|>user\nWhat is the weather in Paris?<|im_end|>\n<|im_start|>assistant\n"
-ONE_CALL = Tools((Function("get_weather", "The weather in a city now", WEATHER),), forced=False, only=None,
-                 parallel=False)
 FREE = SamplingParams(temperature=0)
+QWEN = "Qwen-Qwen2.5-7B-Instruct"  # <tool_call>{JSON}</tool_call>, woken by the word "<tool_call>\n"
+CODER = "Qwen3-Coder"  # <tool_call><function=...><parameter=...>, woken by "<tool_call>"
+MISTRAL = "mistralai-Mistral-Nemo-Instruct-2407"  # [TOOL_CALLS][{JSON}], woken by the word "[TOOL_CALLS]"
+GPT_OSS = "openai-gpt-oss-120b"  # woken by regex patterns on the channel header
 
 
 @pytest.fixture(scope="module")
@@ -38,10 +39,16 @@ def llama(model_path: Path):
     model.close()
 
 
-def _lazy(llama: LlamaModel, fmt: ToolFormat, base: SamplingParams = FREE) -> SamplingParams:
-    grammar = call_grammar(fmt, ONE_CALL, lazy=True)
-    assert grammar_problem(llama.vocab, grammar) is None
-    return replace(base, grammar=grammar, grammar_trigger=GrammarTrigger(fmt.trigger, fmt.trigger_first))
+def _params(name: str, choice: str = "auto") -> ChatParams:
+    chat = ChatTemplate(ChatTemplates(None, template(name)), {}, "deepseek")
+    return chat.render(Chat((USER,), tools=(TOOL,), tool_choice=choice, parallel_tool_calls=False))
+
+
+def _lazy(llama: LlamaModel, name: str, base: SamplingParams = FREE) -> SamplingParams:
+    params = _params(name)
+    assert params.grammar_lazy and grammar_problem(llama.vocab, params.grammar) is None
+    return replace(base, grammar=params.grammar,
+                   grammar_triggers=tuple(GrammarTrigger(t.kind, t.value) for t in params.triggers))
 
 
 def _tokens(llama: LlamaModel, text: str) -> list[int]:
@@ -49,11 +56,12 @@ def _tokens(llama: LlamaModel, text: str) -> list[int]:
 
 
 def _generate(llama: LlamaModel, params: SamplingParams, script: Sequence[int] = (), reasoning: int = 0,
-              max_tokens: int = 40) -> list[int]:
-    """The tokens sampled after CHATML_ASK, the first ones `script`'s, the first `reasoning` of them sampled as a
-    thinking model's reasoning (unconstrained), as the runner samples them; an end-of-generation token ends it."""
+              max_tokens: int = 40, until: Callable[[list[int]], bool] = lambda tokens: False) -> list[int]:
+    """The tokens sampled after the chat's prompt, the first ones `script`'s, the first `reasoning` of them sampled as
+    a thinking model's reasoning (a grammar of the answer waits), as the runner samples them; an end-of-generation
+    token ends it, or `until` the tokens so far."""
     llama_cpp.llama_memory_clear(llama.memory, True)
-    prompt = llama.tokenize(CHATML_ASK, add_special=False)
+    prompt = llama.tokenize(_params(QWEN).prompt, add_special=False)
     sampler = Sampler(params, llama.vocab, llama.n_vocab, prompt)
     out: list[int] = []
     batch = prompt
@@ -64,10 +72,10 @@ def _generate(llama: LlamaModel, params: SamplingParams, script: Sequence[int] =
             if len(out) < len(script):
                 logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llama.ctx, -1), shape=(llama.n_vocab,))
                 logits[script[len(out)]] = logits.max() + 100
-            token = sampler.sample(llama.ctx, -1, constrained=len(out) >= reasoning)
+            token = sampler.sample(llama.ctx, -1, reasoning=len(out) < reasoning)
             assert token is not None
             out.append(token)
-            if llama.is_eog(token):
+            if llama.is_eog(token) or until(out):
                 break
             batch = [token]
     finally:
@@ -76,54 +84,55 @@ def _generate(llama: LlamaModel, params: SamplingParams, script: Sequence[int] =
 
 
 def _text(llama: LlamaModel, tokens: list[int]) -> str:
-    return b"".join(map(llama.piece, tokens)).decode()
+    """The answer's text; once a call is whole, llama.cpp's grammars allow only whitespace, or its end."""
+    return b"".join(llama.piece(token) for token in tokens if not llama.is_eog(token)).decode()
+
+
+def _read(name: str, text: str):
+    answer = ChatAnswer(_params(name), "deepseek", continuation=False)
+    return answer.feed(text) + answer.finish()
+
+
+def _valid(name: str, text: str) -> bool:
+    calls = _read(name, text).calls
+    try:
+        return bool(calls) and all(jsonschema.validate(json.loads(c.arguments), WEATHER) is None for c in calls)
+    except (jsonschema.ValidationError, ValueError):
+        return False
 
 
 @pytest.mark.parametrize("base", [FREE, SamplingParams(temperature=0.8, seed=7)], ids=["greedy", "sampled"])
 def test_asleep_the_lazy_grammar_changes_nothing(llama, base):
     free = _generate(llama, base)
     assert "<tool_call>" not in _text(llama, free)
-    assert _generate(llama, _lazy(llama, HERMES_FORMAT, base)) == free
+    assert _generate(llama, _lazy(llama, QWEN, base)) == free
 
 
-@pytest.mark.parametrize("fmt, opening, content", [
-    (HERMES_FORMAT, "Sure. <tool_call>", "Sure."),
-    (HERMES_FORMAT, "x.<tool_call>", "x."),  # the trigger starts inside the token ".<"
-    (GENERIC_FORMAT, 'I will check. {"tool_calls"', "I will check."),
-    (LLAMA_3_FORMAT, ' {"name"', ""),
-    (MISTRAL_FORMAT, '[{"name"', ""),  # what follows [TOOL_CALLS], a control token the engine does not write
-], ids=["hermes", "hermes_inside_a_token", "generic", "llama3", "mistral"])
-def test_a_call_the_model_opens_is_finished_valid(llama, fmt, opening, content):
+@pytest.mark.parametrize("name, opening, content", [
+    (QWEN, "Sure. <tool_call>\n", "Sure. "),
+    (QWEN, "x.<tool_call>\n", "x."),  # the trigger starts inside the token ".<"
+    # A string parameter's value is free text up to its closing tag: the test model would write on, so it is given.
+    (CODER, "I will check.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
+     "I will check.\n"),
+    (MISTRAL, "[TOOL_CALLS]", ""),
+    # Woken by a regex of the whole answer so far at "to=functions"; the content type after the name is free letters,
+    # which the test model would write on: it is given too.
+    (GPT_OSS, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>", ""),
+], ids=["hermes", "hermes_inside_a_token", "qwen3_coder", "mistral", "gpt_oss"])
+def test_a_call_the_model_opens_is_finished_valid(llama, name, opening, content):
     script = _tokens(llama, opening)
     free = _text(llama, _generate(llama, FREE, script, max_tokens=60))
-    assert not _called(fmt, free)  # left alone, this model does not finish the call
-    tokens = _generate(llama, _lazy(llama, fmt), script, max_tokens=60)
-    assert llama.is_eog(tokens[-1])  # the grammar ended the answer once the call was whole
-    text = _text(llama, tokens[:-1])
+    assert not _valid(name, free)  # left alone, this model does not finish the call
+    # Once a call is whole, llama.cpp's grammars let a format of calls one after another (Hermes, Qwen) go on to a
+    # second; the answer is read where the first is whole.
+    text = _text(llama, _generate(llama, _lazy(llama, name), script, max_tokens=60,
+                                  until=lambda tokens: _valid(name, _text(llama, tokens))))
     assert text.startswith(opening)
-    release = _read(fmt, text)
+    release = _read(name, text)
     assert release.text == content
     [call] = release.calls
     assert call.name == "get_weather"
     jsonschema.validate(json.loads(call.arguments), WEATHER)
-
-
-def _read(fmt: ToolFormat, text: str):
-    answer = CallStream(fmt.syntax)
-    return answer.feed(text) + answer.finish()
-
-
-def _called(fmt: ToolFormat, text: str) -> bool:
-    calls = _read(fmt, text).calls
-    try:
-        return bool(calls) and all(jsonschema.validate(json.loads(c.arguments), WEATHER) is None for c in calls)
-    except jsonschema.ValidationError:
-        return False
-
-
-def test_a_trigger_further_on_than_the_opening_is_text(llama):
-    script = _tokens(llama, 'Hi {"name"')
-    assert _generate(llama, _lazy(llama, LLAMA_3_FORMAT), script) == _generate(llama, FREE, script)
 
 
 def test_text_the_grammar_refuses_after_the_trigger_leaves_the_answer_free(llama):
@@ -131,9 +140,10 @@ def test_text_the_grammar_refuses_after_the_trigger_leaves_the_answer_free(llama
     comma before accepting it: no abort (llama.cpp's own lazy grammar aborts the process here), a warning, and
     the answer goes on exactly as without a grammar."""
     [closing] = _tokens(llama, ">,")
-    script = [*_tokens(llama, "<tool_call"), closing]
+    script = [*_tokens(llama, "I will call <tool_call"), closing]
+    params = replace(_lazy(llama, CODER), grammar_triggers=(GrammarTrigger("word", "<tool_call>"),))
     with capture_logs() as logs:
-        tokens = _generate(llama, _lazy(llama, HERMES_FORMAT), script)
+        tokens = _generate(llama, params, script)
     assert tokens == _generate(llama, FREE, script)
     [dropped] = [log for log in logs if log["event"] == "lazy_grammar_dropped"]
     assert dropped["written"] == "<tool_call>,"
@@ -142,7 +152,7 @@ def test_text_the_grammar_refuses_after_the_trigger_leaves_the_answer_free(llama
 def test_a_grammar_no_token_fits_is_dropped(llama):
     """No token spells NUL: once awake, the grammar allows nothing, and the answer goes on free (no error)."""
     params = SamplingParams(temperature=0, grammar='root ::= "<tool_call>" "\\x00"',
-                            grammar_trigger=GrammarTrigger("<tool_call>"))
+                            grammar_triggers=(GrammarTrigger("word", "<tool_call>"),))
     script = _tokens(llama, "<tool_call>")
     with capture_logs() as logs:
         tokens = _generate(llama, params, script)
@@ -152,13 +162,24 @@ def test_a_grammar_no_token_fits_is_dropped(llama):
 
 
 def test_reasoning_is_not_the_answer(llama):
-    """A thinking model's reasoning is sampled unconstrained: a trigger there wakes nothing, and an opening
-    trigger counts where the answer opens, after it."""
-    script = _tokens(llama, "<tool_call>")
-    hermes = _lazy(llama, HERMES_FORMAT)
-    assert _generate(llama, hermes, script, reasoning=len(script)) == _generate(llama, FREE, script)
+    """A thinking model's reasoning is sampled unconstrained: a trigger there wakes nothing; one in the answer after
+    it does."""
+    script = _tokens(llama, "<tool_call>\n")
+    lazy = _lazy(llama, QWEN)
+    assert _generate(llama, lazy, script, reasoning=len(script)) == _generate(llama, FREE, script)
     thought = _tokens(llama, "Let me think.")
-    tokens = _generate(llama, _lazy(llama, LLAMA_3_FORMAT), thought + _tokens(llama, '{"name"'), len(thought), 60)
-    assert llama.is_eog(tokens[-1])
-    [call] = _read(LLAMA_3_FORMAT, _text(llama, tokens[len(thought):-1])).calls
-    jsonschema.validate(json.loads(call.arguments), WEATHER)
+    tokens = _generate(llama, lazy, thought + script, len(thought), 60,
+                       until=lambda tokens: _valid(QWEN, _text(llama, tokens[len(thought):])))
+    assert _valid(QWEN, _text(llama, tokens[len(thought):]))
+
+
+def test_a_forced_calls_grammar_takes_the_answers_opening_first(llama):
+    """tool_choice required: llama.cpp's grammar of the whole answer begins with the template's opening of it, which
+    the sampler takes from the prompt first; the call then follows its schema to the end."""
+    params = _params(QWEN, "required")
+    assert not params.grammar_lazy
+    prefill = tuple(llama.tokenize(params.generation_prompt, add_special=False, parse_special=True))
+    forced = replace(FREE, grammar=params.grammar, grammar_prefill=prefill)
+    tokens = _generate(llama, forced, _tokens(llama, "<tool_call>\n"), max_tokens=60,
+                       until=lambda tokens: _valid(QWEN, _text(llama, tokens)))
+    assert _valid(QWEN, _text(llama, tokens))

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from worker.engine.core.token_output import TokenOutput, finished_event
 from worker.engine.output.detokenizer import StreamingText
-from worker.engine.output.reasoning import ThinkingSplit
-from worker.engine.requests import FinishReason, Request, SamplingParams, TokenLogprob
+from worker.engine.output.reasoning import ReasoningPhase
+from worker.engine.requests import FinishReason, Reasoning, Request, SamplingParams, TokenLogprob
 from worker.engine.sequence import Sequence
 
 EOS = 0
 # A toy vocabulary: token ids -> the bytes they spell. "€" is split over two tokens.
 PIECES = {1: b"Hel", 2: b"lo W", 3: b"or", 4: b"ld!", 5: b" \xe2\x82", 6: b"\xac", 7: b"<think>", 8: b"hmm",
-          9: b"</", 10: b"think>", 11: b"Yes"}
-END_OF_THINKING = [9, 10]
+          9: b"</", 10: b"think>", 11: b"Yes", 12: b"<|call|>"}
+PRESERVED = 12  # a control token the format writes its calls with: shown only where the request preserves it
+THINKING = Reasoning("<think>", ("</think>",), opened_in_prompt=False, end_tokens=(9, 10))
 
 
 class RecordingSampler:
@@ -26,14 +27,16 @@ class RecordingSampler:
 
 
 def output() -> TokenOutput:
-    return TokenOutput(END_OF_THINKING, lambda token: token == EOS, PIECES.__getitem__)
+    return TokenOutput(lambda token: token == EOS, lambda token: b"" if token == PRESERVED else PIECES[token],
+                       PIECES.__getitem__)
 
 
 def sequence(max_tokens: int = 16, stop: tuple[str, ...] = (), budget: int | None = None,
-             thinking: bool = False) -> Sequence:
-    request = Request([1, 2, 3], max_tokens, SamplingParams(reasoning_budget=budget), stop=stop)
+             thinking: bool = False, preserved: frozenset[int] = frozenset()) -> Sequence:
+    request = Request([1, 2, 3], max_tokens, SamplingParams(reasoning_budget=budget), stop=stop,
+                      reasoning=THINKING if thinking else None, preserved_tokens=preserved)
     seq = Sequence(request)
-    seq.text = StreamingText(stop, ThinkingSplit(False) if thinking else None)
+    seq.text = StreamingText(stop, ReasoningPhase(THINKING) if thinking else None)
     seq.sampler = RecordingSampler()
     return seq
 
@@ -91,15 +94,15 @@ def test_end_of_generation_flushes_and_is_counted():
     assert finished.decode_s == 2.0  # first token at 1, last at 3
 
 
-def test_a_spent_reasoning_budget_writes_the_end_of_thinking_marker_token_by_token():
+def test_a_spent_reasoning_budget_writes_the_end_tag_token_by_token():
     seq = sequence(budget=2, thinking=True)
     out = output()
     seq.thought = 1
     assert out.forced_token(seq, reasoning=True) is None  # budget not spent: the chain samples
     seq.thought = 2
     assert out.forced_token(seq, reasoning=True) == 9
-    assert out.forced_token(seq, reasoning=True) == 10  # the rest of the marker
-    assert out.forced_token(seq, reasoning=False) is None  # the marker closed the reasoning: the chain samples
+    assert out.forced_token(seq, reasoning=True) == 10  # the rest of the tag
+    assert out.forced_token(seq, reasoning=False) is None  # the tag closed the reasoning: the chain samples
     assert seq.sampler.accepted == [9, 10]  # the chain (penalties, grammar) sees what was written
 
 
@@ -110,12 +113,17 @@ def test_no_budget_or_no_reasoning_never_forces():
         assert seq.sampler.accepted == []
 
 
-def test_reasoning_and_answer_are_released_apart():
-    seq = sequence(thinking=True)
+def test_reasoning_is_released_as_written_and_stop_strings_skip_it():
+    seq = sequence(thinking=True, stop=("hmm",))
     out = output()
     events = [out.append(seq, token, float(i))[0] for i, token in enumerate([7, 8, 9, 10, 11])]
-    assert "".join(e.reasoning for e in events if e) == "hmm"
-    assert "".join(e.text for e in events if e) == "Yes"
+    assert "".join(e.text for e in events if e) == "<think>hmm</think>Yes"
+    assert seq.text.matched is None
+
+
+def test_a_preserved_control_token_shows_its_text_and_others_none():
+    assert run(sequence(preserved=frozenset({PRESERVED})), [11, PRESERVED])[0] == "Yes<|call|>"
+    assert run(sequence(), [11, PRESERVED])[0] == "Yes"
 
 
 def _entry(piece: bytes) -> TokenLogprob:

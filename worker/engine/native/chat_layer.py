@@ -144,9 +144,10 @@ def _abi() -> _Abi:
 
 class ChatTemplates:
     """A model's chat templates in llama.cpp (its tokenizer.chat_template, and the tool_use variant where the GGUF has
-    one), or `source` instead; BOS and EOS as the model's vocabulary writes them."""
+    one), or `source` instead; BOS and EOS as the model's vocabulary writes them. Without a model (None), `source`
+    alone and no BOS or EOS, as llama.cpp's own tests read its templates."""
 
-    def __init__(self, model: llama_cpp.llama_model_p, source: str | None) -> None:
+    def __init__(self, model: llama_cpp.llama_model_p | None, source: str | None) -> None:
         self._abi = _abi()
         error = ctypes.c_void_p()
         self._handle = self._abi.made(

@@ -4,6 +4,7 @@ as it arrives and sends what it releases, so a streamed answer adds up to the wh
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 
@@ -50,6 +51,8 @@ class ChatAnswer:
         finally:
             self._parser.close()
         assert message is not None  # the last feed returns the whole message
+        if not all(_json_object(arguments) for _, arguments in message.calls):  # a call cut short (max_tokens)
+            return self._read_without_tools("a call's arguments are not a whole JSON object")
         return self._released(Release("".join(d.content for d in deltas), "".join(d.reasoning for d in deltas),
                                       self._calls(message)))
 
@@ -79,6 +82,13 @@ class ChatAnswer:
     def _released(self, release: Release) -> Release:
         self._sent += release
         return release
+
+
+def _json_object(arguments: str) -> bool:
+    try:
+        return isinstance(json.loads(arguments or "{}"), dict)
+    except ValueError:
+        return False
 
 
 def _after(whole: str, sent: str) -> str:

@@ -16,16 +16,21 @@ _PROBE = Chat(({"role": "user", "content": "test"},))
 
 
 class ChatTemplate:
-    def __init__(self, model: LlamaModel, source: str | None, template_kwargs: dict[str, Any],
-                 reasoning_format: str) -> None:
-        """`source`: a template instead of the GGUF's; `template_kwargs`: template variables under each request's
+    def __init__(self, templates: ChatTemplates | None, template_kwargs: dict[str, Any], reasoning_format: str) -> None:
+        """`templates`: None where the model has none; `template_kwargs`: template variables under each request's
         (models.toml); `reasoning_format`: llama-server's --reasoning-format, under each request's."""
-        self._given = source is not None or model.chat_template() is not None
-        # A GGUF without a template would get llama.cpp's ChatML: a chat the model never learned. Said instead.
-        self._templates = ChatTemplates(model.model, source) if self._given else None
+        self._templates = templates
         self.template_kwargs = template_kwargs
         self.reasoning_format = reasoning_format
         self.thinks = self._templates is not None and self.render(_PROBE).supports_thinking
+
+    @classmethod
+    def of(cls, model: LlamaModel, source: str | None, template_kwargs: dict[str, Any],
+           reasoning_format: str) -> ChatTemplate:
+        """The model's template (`source` instead of the GGUF's), with its BOS and EOS. A GGUF without one would get
+        llama.cpp's ChatML, a chat the model never learned: it gets none, and chats say so."""
+        given = source is not None or model.chat_template() is not None
+        return cls(ChatTemplates(model.model, source) if given else None, template_kwargs, reasoning_format)
 
     @property
     def source(self) -> str | None:

@@ -49,7 +49,7 @@ class Prompts:
         self.model = model
         self.projector = projector  # None: text only (no --mmproj)
         # A models.toml entry's template and variables, under each request's.
-        self.chat = ChatTemplate(model, chat_template, template_kwargs or {}, reasoning_format)
+        self.chat = ChatTemplate.of(model, chat_template, template_kwargs or {}, reasoning_format)
 
     @property
     def template_source(self) -> str | None:
