@@ -149,7 +149,7 @@ async def test_copilots_four_calls_answer_as_it_expects(http, base_url):
 
 
 async def test_bad_options_are_a_400_naming_each(http, base_url):
-    options = {"num_thread": 4, "mirostat": 2, "bogus": 1, "temperature": 5, "num_ctx": 999999, "num_predict": 0}
+    options = {"num_thread": 4, "mirostat": 3, "bogus": 1, "temperature": 5, "num_ctx": 999999, "num_predict": 0}
     async with http.post(base_url + "/api/chat", json={"model": MODEL, "messages": CONVERSATION,
                                                        "options": options, "keep_alive": "soon"}) as response:
         assert response.status == 400
