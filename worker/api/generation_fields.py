@@ -1,7 +1,6 @@
 """The fields every generation route shares: what a request boils down to (Generation), the chat turn that
-Anthropic's and the Responses API's requests are read into (ChatRequest), sampling read by its table
-(worker/fields.py), each kind of field by its own reader, and a models.toml entry's sampling defaults held to the same
-table.
+Anthropic's and the Responses API's requests are read into (ChatRequest), and sampling read by its table
+(worker/fields.py), each kind of field by its own reader.
 """
 
 from __future__ import annotations
@@ -14,8 +13,7 @@ from worker.api.images import ImageInput, ImageLink
 from worker.api.problems import Reader
 from worker.api.tools.request import Tools
 from worker.engine import SamplingParams
-from worker.fields import OPENAI_SAMPLING, SAMPLER_LETTERS, SAMPLER_NAMES, Field, NumberField, OrderField, TextsField
-from worker.worker_error import WorkerError
+from worker.fields import SAMPLER_LETTERS, SAMPLER_NAMES, Field, NumberField, OrderField, TextsField
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_BYTES = 256
@@ -112,12 +110,3 @@ def _texts(r: Reader, f: TextsField, default: tuple[str, ...]) -> tuple[str, ...
 
 _READERS: dict[type, Callable[[Reader, Any, Any], Any]] = {NumberField: _number, OrderField: _samplers,
                                                            TextsField: _texts}
-
-
-def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
-    """A models.toml sampling table, held to the same names and ranges as a request's fields."""
-    r = Reader(table)
-    params = read_sampling(r, tuple(f for f in OPENAI_SAMPLING if f.per_model), SamplingParams())
-    if r.problems:
-        raise WorkerError("models.toml sampling defaults: " + "; ".join(p.message for p in r.problems))
-    return params

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from worker.api.model_sampling import LLAMA_SERVER_DEFAULTS
 from worker.api.structured import MAX_GRAMMAR_CHARS
-from worker.engine import SamplingParams
 from worker.fields import SAMPLER_LETTERS, SAMPLER_NAMES, Field, NumberField, OrderField, TextsField
 
 
@@ -20,14 +20,19 @@ GRAMMAR = {"type": ["string", "null"], "maxLength": MAX_GRAMMAR_CHARS, "format":
             "description": "a llama.cpp GBNF grammar (root rule: root) the output must match; empty for none"}
 
 
+PER_MODEL_DEFAULT = ("default: the models.toml entry's sampling value, else the GGUF's general.sampling key, else "
+                     "llama-server's (the default shown)")
+
+
 def field_schema(field: Field) -> dict:
-    """A sampling field's schema, from its row in worker/fields.py; its default is the engine's."""
+    """A sampling field's schema, from its row in worker/fields.py; its default is llama-server's (a model's own
+    come before it: api/model_sampling.py)."""
     schema = _SCHEMAS[type(field)](field)
-    default = getattr(SamplingParams(), field.sets)
+    default = getattr(LLAMA_SERVER_DEFAULTS, field.sets)
     if default is not None:
         schema["default"] = list(default) if isinstance(default, tuple) else default
     if field.per_model:
-        schema["description"] = "default: the models.toml entry's sampling value, if it sets one"
+        schema["description"] = PER_MODEL_DEFAULT
     return schema
 
 

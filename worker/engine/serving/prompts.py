@@ -31,6 +31,15 @@ class Prompts:
         return self.chat.source
 
     @property
+    def bos_text(self) -> str:
+        """The BOS token's text ("" without one), as llama-server's /props names it."""
+        return self.model.bos_text
+
+    @property
+    def eos_text(self) -> str:
+        return self.model.eos_text
+
+    @property
     def splits_reasoning(self) -> bool:
         """The model's replies are split into reasoning and answer (chat_prompt's condition)."""
         return self.chat.thinks and self.model.config.reasoning_format == "deepseek"
