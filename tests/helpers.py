@@ -14,6 +14,10 @@ import aiohttp
 
 from tests.conftest import REPO
 
+# The whole distribution: no top-k, top-p or min-p, which a model's sampling defaults add (its models.toml entry's, its
+# GGUF's, llama-server's). For tests whose seeds were chosen to draw freely.
+WHOLE_DISTRIBUTION = {"top_k": 0, "top_p": 1.0, "min_p": 0.0}
+
 
 async def sse_events(response: aiohttp.ClientResponse) -> list[Any]:
     """Every `data:` payload of a stream, JSON-decoded, with the final "[DONE]" kept as a string."""

@@ -80,13 +80,14 @@ LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output
 
 def _beyond_schema(response) -> bool:
     """A 400 for a limit JSON Schema cannot state: the tokens a prompt needs (its code says
-    context_length_exceeded), stop strings' UTF-8 bytes (maxLength counts characters), a rule
+    context_length_exceeded), stop strings' and DRY breakers' UTF-8 bytes (maxLength counts characters), a rule
     between fields (RELATIONAL), or a grammar or schema the converter or llama.cpp refuses (LANGUAGES)."""
     body = response.json()
     error = body.get("error")
     problems = body.get("errors") or (error.get("errors", []) if isinstance(error, dict) else [])
     return "context_length_exceeded" in response.text or body.get("code") == "one_model" or any(
-        (p["field"] in ("stop", "stop_sequences", "options.stop") and p["constraint"].endswith(" bytes"))
+        (p["field"] in ("stop", "stop_sequences", "options.stop", "dry_sequence_breakers")
+         and p["constraint"].endswith(" bytes"))
         or p["field"] == "options.num_ctx"
         or re.split(r"[.\[]", p["field"])[0] in RELATIONAL or p["constraint"] == ANSWERED_CALLS
         or LANGUAGES.match(p["field"]) for p in problems)

@@ -14,6 +14,7 @@ import pytest
 
 from tests.conftest import WorkerProcess, template_worker
 from tests.gguf_files import read_gguf
+from tests.helpers import WHOLE_DISTRIBUTION
 from tests.tools_helpers import HERMES_TEMPLATE, HISTORY, SCHEMAS, TOOLS
 
 MODEL = "smollm2-135m-instruct"
@@ -22,9 +23,10 @@ CONVERSATION = [{"role": "system", "content": "You are a terse assistant."},
                 {"role": "assistant", "content": "Apple."},
                 {"role": "user", "content": "Tell me a story about it. 🍎"}]
 GREEDY = {"temperature": 0, "num_predict": 48}
-# On the Hermes template this seed makes the model open a call by itself (tests/e2e/test_tools.py's CALL_ME).
+# On the Hermes template this seed makes the model open a call by itself, drawn from the whole distribution
+# (tests/e2e/test_tools.py's CALL_ME).
 CALL_ME = [{"role": "user", "content": "Call get_weather for Paris in celsius."}]
-SAMPLED = {"temperature": 0.8, "seed": 3, "num_predict": 80}
+SAMPLED = {"temperature": 0.8, **WHOLE_DISTRIBUTION, "seed": 3, "num_predict": 80}
 # TOOLS as Ollama's client sends them: its Tool model keeps a property's type, description, enum and items only.
 SENT_TOOLS = [ollama.Tool.model_validate(tool).model_dump(exclude_none=True) for tool in TOOLS]
 # HISTORY (OpenAI's form) as Ollama's clients send it: arguments as an object, the result named by its tool.
@@ -82,7 +84,8 @@ def _calls(message) -> list[tuple[str, dict]]:
 
 
 def test_a_tool_call_is_the_chat_routes_streamed_and_not(hermes):
-    expected = openai_chat(hermes.url, "hermes", CALL_ME, tools=SENT_TOOLS, temperature=0.8, seed=3, max_tokens=80)
+    expected = openai_chat(hermes.url, "hermes", CALL_ME, tools=SENT_TOOLS, temperature=0.8,
+                           extra_body=WHOLE_DISTRIBUTION, seed=3, max_tokens=80)
     calls = [(c.function.name, json.loads(c.function.arguments)) for c in expected.choices[0].message.tool_calls]
     assert calls and calls[0][0] == "get_weather"
     client = ollama.Client(host=hermes.url)
@@ -149,7 +152,7 @@ async def test_copilots_four_calls_answer_as_it_expects(http, base_url):
 
 
 async def test_bad_options_are_a_400_naming_each(http, base_url):
-    options = {"num_thread": 4, "mirostat": 2, "bogus": 1, "temperature": 5, "num_ctx": 999999, "num_predict": 0}
+    options = {"num_thread": 4, "mirostat": 3, "bogus": 1, "temperature": 5, "num_ctx": 999999, "num_predict": 0}
     async with http.post(base_url + "/api/chat", json={"model": MODEL, "messages": CONVERSATION,
                                                        "options": options, "keep_alive": "soon"}) as response:
         assert response.status == 400

@@ -15,6 +15,7 @@ import pytest
 from pydantic import BaseModel, Field
 
 from tests.conftest import template_worker
+from tests.helpers import WHOLE_DISTRIBUTION
 from tests.tools_helpers import ASK, HERMES_TEMPLATE, HISTORY, SCHEMAS, TOOLS
 
 GREEDY = {"temperature": 0, "max_tokens": 120}
@@ -156,10 +157,12 @@ async def test_bad_tools_are_400_naming_the_field(base_url, extra, field):
 
 
 # tool_choice auto through the API (tests/model/test_lazy_grammar.py: on the sampler alone): on the Hermes template,
-# this seed makes the model open a call by itself. Sampled freely that call came out as {"celsius": 35.7,
-# "fahrenheit": 86.7} (missing city and unit) followed by text; under the lazy grammar its arguments validate.
+# this seed makes the model open a call by itself, drawn from the whole distribution (no top-k, top-p or min-p, which
+# the model's defaults would add). Sampled freely that call came out as {"celsius": 35.7, "fahrenheit": 86.7}
+# (missing city and unit) followed by text; under the lazy grammar its arguments validate.
 CALL_ME = {"messages": [{"role": "user", "content": "Call get_weather for Paris in celsius."}], "tools": TOOLS,
-           "temperature": 0.8, "seed": 3, "max_tokens": 80, "parallel_tool_calls": False}
+           "temperature": 0.8, "extra_body": WHOLE_DISTRIBUTION, "seed": 3, "max_tokens": 80,
+           "parallel_tool_calls": False}
 
 
 async def test_auto_a_call_the_model_opens_validates(hermes_worker):

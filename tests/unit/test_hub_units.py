@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from worker.api.generation_fields import sampling_defaults
+from worker.api.model_sampling import check_entry, model_defaults
 from worker.api.openai.request import parse_completion
 from worker.api.orch.request import parse_execute
 from worker.source import load_registry
@@ -152,11 +152,11 @@ def test_a_bad_sha256_pin_is_named(tmp_path: Path):
 
 
 def test_sampling_defaults_sit_under_the_request():
-    defaults = sampling_defaults({"temperature": 0.0, "top_k": 40, "repeat_penalty": 1.1})
+    defaults = model_defaults({"temperature": 0.0, "top_k": 40, "repeat_penalty": 1.1}, {}).params
     assert (defaults.temperature, defaults.top_k, defaults.repeat_penalty) == (0.0, 40, 1.1)
     completion = parse_completion({"prompt": "x", "top_k": 5}, 100, defaults).generation.sampling
     assert (completion.temperature, completion.top_k, completion.repeat_penalty) == (0.0, 5, 1.1)
     job = parse_execute({"job_id": "j", "prompt": "x", "max_tokens": 1, "temperature": 0.7}, defaults)
     assert (job.generation.sampling.temperature, job.generation.sampling.top_k) == (0.7, 40)
     with pytest.raises(WorkerError, match="temperature must satisfy 0 <= temperature <= 2"):
-        sampling_defaults({"temperature": 3})
+        check_entry({"temperature": 3})

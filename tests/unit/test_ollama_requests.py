@@ -25,19 +25,21 @@ def options(raw: dict) -> tuple:
 
 def test_options_set_sampling_length_stop_and_context():
     read, problems = options({"temperature": 0, "top_k": 5, "typical_p": 0.5, "seed": -1, "num_predict": -1,
-                              "stop": "\n", "num_ctx": 512, "repeat_last_n": 32, "num_keep": 4, "mirostat": 0})
+                              "stop": "\n", "num_ctx": 512, "repeat_last_n": 32, "num_keep": 4, "mirostat": 2,
+                              "mirostat_tau": 4, "mirostat_eta": 0.2})
     assert problems == []
     assert (read.sampling.temperature, read.sampling.top_k, read.sampling.typical_p) == (0, 5, 0.5)
+    assert (read.sampling.mirostat, read.sampling.mirostat_tau, read.sampling.mirostat_eta) == (2, 4, 0.2)
     assert read.sampling.seed is None and read.sampling.repeat_last_n == 32  # seed -1: a fresh one each request
     assert (read.max_tokens, read.stop, read.num_ctx) == (None, ("\n",), 512)
     assert options({"num_predict": 7})[0].max_tokens == 7 and options({})[0].sampling.temperature == 0.7
 
 
 def test_each_refused_option_is_named():
-    _, problems = options({"num_gpu": 1, "mirostat": 1, "tfs_z": 0.9, "nonsense": True, "num_ctx": 4096,
+    _, problems = options({"num_gpu": 1, "mirostat": 3, "tfs_z": 0.9, "nonsense": True, "num_ctx": 4096,
                            "num_predict": 0, "top_p": 2})
-    assert [field for field, _ in problems] == ["options.top_p", "options.num_predict", "options.num_ctx",
-                                                "options.num_gpu", "options.mirostat", "options.tfs_z",
+    assert [field for field, _ in problems] == ["options.top_p", "options.mirostat", "options.num_predict",
+                                                "options.num_ctx", "options.num_gpu", "options.tfs_z",
                                                 "options.nonsense"]
     assert ("options.num_ctx", "num_ctx <= 2048") in problems
 
@@ -86,11 +88,10 @@ def test_typical_p_below_one_adds_llama_cpps_typical_stage():
     import llama_cpp
 
     from worker.engine.output.sampler import build_chain
-    from worker.engine.output.seeded_draw import SeededDraw
 
     stages = []
     for typical_p in (1.0, 0.5):
-        chain, _ = build_chain(SamplingParams(typical_p=typical_p), 100, SeededDraw(1))
+        chain = build_chain(SamplingParams(typical_p=typical_p), None, 100, seed=1).native
         # The last stage is the draw, whose name comes from a Python callback: only llama.cpp's own are named.
         stages.append([llama_cpp.llama_sampler_name(llama_cpp.llama_sampler_chain_get(chain, i)).decode()
                        for i in range(llama_cpp.llama_sampler_chain_n(chain) - 1)])

@@ -1,10 +1,11 @@
 """The fields every generation route shares: what a request boils down to (Generation), the chat turn that
-Anthropic's and the Responses API's requests are read into (ChatRequest), sampling read by its table
-(worker/fields.py), and a models.toml entry's sampling defaults held to the same table.
+Anthropic's and the Responses API's requests are read into (ChatRequest), and sampling read by its table
+(worker/fields.py), each kind of field by its own reader.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -12,8 +13,7 @@ from worker.api.images import ImageInput, ImageLink
 from worker.api.problems import Reader
 from worker.api.tools.request import Tools
 from worker.engine import SamplingParams
-from worker.fields import OPENAI_SAMPLING, NumberField
-from worker.worker_error import WorkerError
+from worker.fields import SAMPLER_LETTERS, SAMPLER_NAMES, Field, NumberField, OrderField, TextsField
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_BYTES = 256
@@ -113,20 +113,57 @@ def check_ending(r: Reader, messages: list[dict[str, Any]]) -> None:
                   None)
 
 
-def read_sampling(r: Reader, fields: tuple[NumberField, ...], base: SamplingParams) -> SamplingParams:
+def read_sampling(r: Reader, fields: tuple[Field, ...], base: SamplingParams) -> SamplingParams:
     """The request's sampling `fields` over `base` (the model's defaults): what the request names wins."""
     values: dict[str, Any] = {}
     for f in fields:
         default = values.get(f.sets, getattr(base, f.sets))  # an alias read later falls back on the first
-        values[f.sets] = r.number(f.name, default, low=f.low, high=f.high, integer=f.integer, nullable=f.nullable)
+        values[f.sets] = _READERS[type(f)](r, f, default)
     return replace(base, **values)
 
 
-def sampling_defaults(table: dict[str, Any]) -> SamplingParams:
-    """A models.toml sampling table, held to the same names and ranges as a request's fields."""
-    r = Reader(table)
-    params = read_sampling(r, tuple(f for f in OPENAI_SAMPLING if f.per_model), SamplingParams())
-    if r.problems:
-        raise WorkerError("models.toml sampling defaults: " + "; ".join(p.message for p in r.problems))
-    return params
+def _number(r: Reader, f: NumberField, default: Any) -> Any:
+    return r.number(f.name, default, low=f.low, high=f.high, integer=f.integer, nullable=f.nullable)
 
+
+_ORDER_FORMS = "a list of sampler names or a string of their letters"
+
+
+def _samplers(r: Reader, f: OrderField, default: tuple[str, ...]) -> tuple[str, ...]:
+    """Stage names in their order: a list of names (any case, llama.cpp's aliases too) or a string of letters, each
+    known one; an unknown one is a 400 naming the known (llama.cpp only warns and leaves it out)."""
+    value = r.body.get(f.name)
+    if value is None:
+        return default
+    by_letter = {letter: name for name, letter in SAMPLER_LETTERS.items()}
+    if isinstance(value, str):
+        known, spelled = by_letter, list(value)
+    elif isinstance(value, list) and all(isinstance(name, str) for name in value):
+        known, spelled = SAMPLER_NAMES, [name.lower() for name in value]
+    else:
+        r.problem(f.name, _ORDER_FORMS, f"{f.name} must be {_ORDER_FORMS}", value)
+        return default
+    constraint = (f"up to {f.max_items} of {', '.join(SAMPLER_LETTERS)} (or llama.cpp's aliases of them), or a "
+                  f"string of their letters {''.join(by_letter)}")
+    unknown = [name for name in spelled if name not in known]
+    if len(spelled) > f.max_items:
+        r.problem(f.name, constraint, f"{f.name} has {len(spelled)} samplers; it takes {constraint}", len(spelled))
+    elif unknown:
+        r.problem(f.name, constraint, f"{f.name} holds {', '.join(map(repr, unknown))}, not a sampler this worker "
+                  f"runs; it takes {constraint}", unknown)
+    else:
+        return tuple(known[name] for name in spelled)
+    return default
+
+
+def _texts(r: Reader, f: TextsField, default: tuple[str, ...]) -> tuple[str, ...]:
+    if r.body.get(f.name) is None:
+        return default
+    if r.body[f.name] == []:
+        r.problem(f.name, "a non-empty list", f"{f.name} must hold at least one string", [])
+        return default
+    return r.stop_strings(f.name, max_items=f.max_items, max_bytes=f.max_bytes, allow_single=False) or default
+
+
+_READERS: dict[type, Callable[[Reader, Any, Any], Any]] = {NumberField: _number, OrderField: _samplers,
+                                                           TextsField: _texts}

@@ -3,11 +3,12 @@ events, the sampling fields from their table (worker/fields.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from worker.api.model_sampling import LLAMA_SERVER_DEFAULTS
 from worker.api.structured import MAX_GRAMMAR_CHARS
-from worker.engine import SamplingParams
-from worker.fields import NumberField
+from worker.fields import SAMPLER_LETTERS, SAMPLER_NAMES, Field, NumberField, OrderField, TextsField
 
 
 def stop_string(max_bytes: int) -> dict:
@@ -19,24 +20,53 @@ GRAMMAR = {"type": ["string", "null"], "maxLength": MAX_GRAMMAR_CHARS, "format":
             "description": "a llama.cpp GBNF grammar (root rule: root) the output must match; empty for none"}
 
 
-def number(field: NumberField) -> dict:
-    """A sampling field's schema, from its row in worker/fields.py; its default is the engine's."""
+PER_MODEL_DEFAULT = ("default: the models.toml entry's sampling value, else the GGUF's general.sampling key, else "
+                     "llama-server's (the default shown)")
+
+
+def field_schema(field: Field) -> dict:
+    """A sampling field's schema, from its row in worker/fields.py; its default is llama-server's (a model's own
+    come before it: api/model_sampling.py)."""
+    schema = _SCHEMAS[type(field)](field)
+    default = getattr(LLAMA_SERVER_DEFAULTS, field.sets)
+    if default is not None:
+        schema["default"] = list(default) if isinstance(default, tuple) else default
+    if field.per_model:
+        schema["description"] = PER_MODEL_DEFAULT
+    return schema
+
+
+def _number(field: NumberField) -> dict:
     kind = "integer" if field.integer else "number"
     schema: dict[str, Any] = {"type": [kind, "null"] if field.nullable else kind}
     if field.low is not None:
         schema["minimum"] = field.low
     if field.high is not None:
         schema["maximum"] = field.high
-    default = getattr(SamplingParams(), field.sets)
-    if default is not None:
-        schema["default"] = default
-    if field.per_model:
-        schema["description"] = "default: the models.toml entry's sampling value, if it sets one"
     return schema
 
 
-def numbers(fields: tuple[NumberField, ...]) -> dict[str, dict]:
-    return {field.name: number(field) for field in fields}
+def _any_case(name: str) -> str:
+    return "".join(f"[{c}{c.upper()}]" if c.isalpha() else c for c in name)
+
+
+def _order(field: OrderField) -> dict:
+    """A list of names (in any case, as llama.cpp lowercases them) or a string of letters."""
+    names = {"type": "string", "pattern": f"^({'|'.join(map(_any_case, SAMPLER_NAMES))})$"}
+    letters = {"type": "string", "maxLength": field.max_items, "pattern": f"^[{''.join(SAMPLER_LETTERS.values())}]*$"}
+    return {"oneOf": [{"type": "array", "maxItems": field.max_items, "items": names}, letters, {"type": "null"}]}
+
+
+def _texts(field: TextsField) -> dict:
+    return {"type": ["array", "null"], "minItems": 1, "maxItems": field.max_items,
+            "items": stop_string(field.max_bytes)}
+
+
+_SCHEMAS: dict[type, Callable[[Any], dict]] = {NumberField: _number, OrderField: _order, TextsField: _texts}
+
+
+def sampling_fields(fields: tuple[Field, ...]) -> dict[str, dict]:
+    return {field.name: field_schema(field) for field in fields}
 
 
 PROMPT = {"type": "string", "minLength": 1}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from worker.engine.media import MediaSpan
+from worker.fields import DEFAULT_SAMPLERS
 
 
 @dataclass(frozen=True)
@@ -23,21 +24,38 @@ class GrammarTrigger:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """One request's sampler chain, in llama.cpp's terms.
+    """One request's sampler chain, in llama.cpp's terms (common_params_sampling; output/sampler.py builds it).
 
-    temperature <= 0 means greedy; top_k 0, top_p 1, min_p 0, typical_p 1, the penalties at
-    their neutral values and an empty logit_bias each leave their stage out.
+    The defaults are the neutral chain: the draw from the model's own distribution. temperature <= 0 means greedy;
+    top_k 0, top_p 1, min_p 0, typical_p 1, top_n_sigma <= 0, xtc_probability 0, dry_multiplier 0, dynatemp_range
+    0, mirostat 0, the penalties at their neutral values and an empty logit_bias each leave their stage out. A
+    model's own defaults (llama-server's, its GGUF's, its models.toml entry's) are a SamplingParams the API makes once.
     """
 
     temperature: float = 1.0
+    dynatemp_range: float = 0.0  # dynamic temperature: temperature +- range, by the candidates' entropy
+    dynatemp_exponent: float = 1.0  # how that entropy maps to the temperature
     top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.0
     typical_p: float = 1.0  # locally typical sampling; 1 leaves the stage out
+    top_n_sigma: float = -1.0  # keep the tokens within n standard deviations of the top logit
+    xtc_probability: float = 0.0  # XTC: how often the most likely tokens above xtc_threshold go, but the last
+    xtc_threshold: float = 0.1
+    min_keep: int = 0  # the stages that cut candidates keep at least this many
     repeat_penalty: float = 1.0
     repeat_last_n: int = 64
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    dry_multiplier: float = 0.0  # DRY: a token extending a repeat loses multiplier * base^(length - allowed)
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
+    dry_penalty_last_n: int = 64  # the tokens DRY looks back over
+    dry_sequence_breakers: tuple[str, ...] = ("\n", ":", "\"", "*")  # text that ends a repeated sequence
+    mirostat: int = 0  # 1 or 2: Mirostat's version replaces the samplers with temperature, then its own draw
+    mirostat_tau: float = 5.0
+    mirostat_eta: float = 0.1
+    samplers: tuple[str, ...] = DEFAULT_SAMPLERS  # the stages' order, by llama.cpp's names (worker/fields.py)
     seed: int | None = None  # None: a fresh random seed per request
     logit_bias: dict[int, float] = field(default_factory=dict)
     grammar: str | None = None  # GBNF (root rule "root") the output must match; checked by Engine.grammar_problem

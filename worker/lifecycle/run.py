@@ -13,8 +13,8 @@ from aiohttp import web
 
 from worker.api import Phase, WorkerState, build_app
 from worker.api.adapters import Adapters
-from worker.api.generation_fields import sampling_defaults
 from worker.api.loading_progress import LoadingProgress
+from worker.api.model_sampling import check_entry, model_defaults
 from worker.engine import Lora, SamplingParams, build_origin, choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
@@ -74,8 +74,7 @@ def _load(settings: Settings, progress: LoadingProgress,
 
         quantizer = quantize_model
     model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize, quantizer), report)
-    # The models.toml entry's defaults, under whatever the flags (and later the requests) say.
-    sampling = sampling_defaults(model.defaults.sampling)
+    check_entry(model.defaults.sampling)  # before the model loads: a bad table fails at once
     config = settings.engine
     if config.ctx_size is None and model.defaults.ctx_size is not None:
         config = replace(config, ctx_size=model.defaults.ctx_size)
@@ -89,7 +88,14 @@ def _load(settings: Settings, progress: LoadingProgress,
 
     served = load_model(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
                         template_kwargs=model.defaults.chat_template_kwargs)
-    return model, sampling, served
+    try:
+        # What a request leaves out: the models.toml entry's, else the GGUF's, else llama-server's, field by field.
+        sampling = model_defaults(model.defaults.sampling, served.facts.metadata)
+    except WorkerError:
+        served.shutdown()
+        raise
+    log.info("sampling_defaults", **sampling.described())
+    return model, sampling.params, served
 
 
 class WorkerLife:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS
-from worker.api.openapi_parts import COUNT, TEXT, event, json_body, numbers, post, ref, sse_event, stop_string
+from worker.api.openapi_parts import COUNT, TEXT, event, json_body, post, ref, sampling_fields, sse_event, stop_string
 from worker.api.reasoning_budgets import ANTHROPIC_MIN_BUDGET
 from worker.fields import ANTHROPIC_SAMPLING
 
@@ -44,7 +44,7 @@ SCHEMAS: dict[str, Any] = {
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
         "stop_sequences": {"type": ["array", "null"], "maxItems": MAX_STOP_STRINGS,
                            "items": stop_string(MAX_STOP_BYTES)},
-        **numbers(ANTHROPIC_SAMPLING),
+        **sampling_fields(ANTHROPIC_SAMPLING),
         "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["name", "input_schema"],
                                                        "properties": {
             "type": {"const": "custom", "description": "only custom tools"},

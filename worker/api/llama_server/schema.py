@@ -1,11 +1,13 @@
-"""llama-server's routes in /openapi.json: /tokenize, /detokenize, /apply-template, and the slot routes."""
+"""llama-server's routes in /openapi.json: /tokenize, /detokenize, /apply-template, the slot routes and /props."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from worker.api.llama_server.props import UNBOUNDED
 from worker.api.llama_server.rerank import MAX_DOCUMENTS
-from worker.api.openapi_parts import COUNT, TEXT, get, json_body, lora_list, post, ref
+from worker.api.openapi_parts import COUNT, TEXT, get, json_body, lora_list, post, ref, sampling_fields
+from worker.fields import LLAMA_SERVER_SAMPLING
 
 
 def detokenize_request(n_vocab: int | None) -> dict:
@@ -119,3 +121,18 @@ _SLOT_ACTION = {"post": {
 PATHS["/slots"] = get("Each slot: its context and whether a request holds it (llama-server's)",
                       {"description": "the slots", **json_body(_SLOTS)})
 PATHS["/slots/{id_slot}"] = _SLOT_ACTION
+
+_UNBOUNDED = {"const": UNBOUNDED, "description": "up to the end of the request's context"}
+_PARAMS = {"type": "object", "required": [f.name for f in LLAMA_SERVER_SAMPLING], "properties": {
+    **sampling_fields(LLAMA_SERVER_SAMPLING), "n_predict": _UNBOUNDED, "max_tokens": _UNBOUNDED}}
+_FLAG = {"type": "boolean"}
+_PROPS = {"type": "object", "required": ["default_generation_settings", "total_slots", "model_path", "modalities",
+                                         "chat_template"], "properties": {
+    "default_generation_settings": {"type": "object", "required": ["params", "n_ctx"], "properties": {
+        "params": _PARAMS, "n_ctx": COUNT}},
+    "total_slots": COUNT, "model_alias": TEXT, "model_path": TEXT,
+    "modalities": {"type": "object", "properties": {"vision": _FLAG, "audio": _FLAG, "video": _FLAG}},
+    "chat_template": TEXT, "bos_token": TEXT, "eos_token": TEXT,
+    "endpoint_slots": _FLAG, "endpoint_props": _FLAG, "endpoint_metrics": _FLAG}}
+PATHS["/props"] = get("The sampling defaults a request starts from, the slots, the model's file and chat template "
+                      "(llama-server's)", {"description": "as llama-server's GET /props answers", **json_body(_PROPS)})

@@ -139,7 +139,8 @@ def _typed(value: str) -> Any:
 
 
 def _parameters(worker: WorkerState, served: ServedModel) -> str:
-    """Modelfile PARAMETER lines: the context a request gets, and the sampling defaults the model's entry sets."""
+    """Modelfile PARAMETER lines: the context a request gets, and the sampling defaults a request starts from (the
+    models.toml entry's, else the GGUF's, else llama-server's: api/model_sampling.py) where they change the chain."""
     neutral, defaults = SamplingParams(), worker.sampling
     lines = [f"num_ctx {served.facts.n_ctx_seq}"]
     lines += [f"{f.name} {getattr(defaults, f.sets)}" for f in OLLAMA_SAMPLING

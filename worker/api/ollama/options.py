@@ -16,13 +16,12 @@ from worker.fields import OLLAMA_SAMPLING
 # Ollama's options that set how the model is loaded: here the command line sets them, once.
 LOAD_TIME = ("numa", "num_batch", "num_gpu", "main_gpu", "low_vram", "f16_kv", "logits_all", "vocab_only",
              "use_mmap", "use_mlock", "embedding_only", "num_thread")
-# Accepted at the value that changes nothing, and only there.
-NEUTRAL = {"mirostat": 0, "tfs_z": 1}
+# Accepted at the value that changes nothing, and only there: llama.cpp has no tail-free sampling any more.
+NEUTRAL = {"tfs_z": 1}
 # Accepted, changing nothing here: num_keep is what a context shift keeps (the worker never shifts: a full context
-# is an error), mirostat's rates act only with mirostat on, penalize_newline only in Ollama's old runner.
-NO_EFFECT = ("num_keep", "mirostat_tau", "mirostat_eta", "penalize_newline")
-_NUMERIC: dict[str, dict[str, Any]] = {"num_keep": {"low": 0, "integer": True}, "mirostat_tau": {},
-                                       "mirostat_eta": {}}
+# is an error), penalize_newline acts only in Ollama's old runner.
+NO_EFFECT = ("num_keep", "penalize_newline")
+_NUMERIC: dict[str, dict[str, Any]] = {"num_keep": {"low": 0, "integer": True}}
 UNLIMITED = (-1, -2)  # num_predict: without bound, or up to the end of the context: both are the context's end
 
 

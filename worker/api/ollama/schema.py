@@ -9,16 +9,15 @@ from worker.api.ollama.options import NEUTRAL, NO_EFFECT
 from worker.api.ollama.reply import NDJSON
 from worker.api.ollama.request import MAX_TOP_LOGPROBS, ROLES, THINK_LEVELS
 from worker.api.openai.schema import CHAT_ONLY
-from worker.api.openapi_parts import COUNT, TEXT, get, json_body, numbers, post, ref, stop_string
+from worker.api.openapi_parts import COUNT, TEXT, get, json_body, post, ref, sampling_fields, stop_string
 from worker.fields import OLLAMA_SAMPLING
 
 _NO_EFFECT_TYPES: dict[str, dict[str, Any]] = {
-    "num_keep": {"type": ["integer", "null"], "minimum": 0}, "mirostat_tau": {"type": ["number", "null"]},
-    "mirostat_eta": {"type": ["number", "null"]}, "penalize_newline": {"type": ["boolean", "null"]}}
+    "num_keep": {"type": ["integer", "null"], "minimum": 0}, "penalize_newline": {"type": ["boolean", "null"]}}
 _OPTIONS = {"type": ["object", "null"], "additionalProperties": False, "description": (
     "Ollama's model parameters that act per request; num_ctx at most the worker's per-request context; load-time "
     "ones (num_thread, num_gpu...) and unknown ones are refused"), "properties": {
-    **numbers(OLLAMA_SAMPLING),
+    **sampling_fields(OLLAMA_SAMPLING),
     "seed": {"type": ["integer", "null"], "minimum": -1, "maximum": 2**64 - 1, "description": "-1: random"},
     "num_predict": {"type": ["integer", "null"], "minimum": -2, "maximum": 2**31 - 1, "not": {"const": 0},
                     "description": "-1 or -2: up to the end of the context"},

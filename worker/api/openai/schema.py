@@ -14,9 +14,9 @@ from worker.api.openapi_parts import (
     TEXT,
     get,
     json_body,
-    numbers,
     post,
     ref,
+    sampling_fields,
     sse_event,
     stop_string,
 )
@@ -34,7 +34,7 @@ _RESPONSE_FORMAT = {"oneOf": [
 
 
 _SAMPLING = {
-    **numbers(OPENAI_SAMPLING),
+    **sampling_fields(OPENAI_SAMPLING),
     "max_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
     "max_completion_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
     "stop": {"oneOf": [stop_string(MAX_STOP_BYTES), {"type": "null"},

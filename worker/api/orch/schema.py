@@ -4,7 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.openapi_parts import COUNT, GRAMMAR, TEXT, event, get, json_body, numbers, post, ref, sse, stop_string
+from worker.api.openapi_parts import (
+    COUNT,
+    GRAMMAR,
+    TEXT,
+    event,
+    get,
+    json_body,
+    post,
+    ref,
+    sampling_fields,
+    sse,
+    stop_string,
+)
 from worker.api.orch.request import EXECUTE_STOP_BYTES, EXECUTE_STOP_STRINGS
 from worker.fields import EXECUTE_SAMPLING
 
@@ -14,7 +26,7 @@ SCHEMAS: dict[str, Any] = {
         "job_id": {"type": "string", "minLength": 1},
         "prompt": {"type": "string", "minLength": 1, "maxLength": 32768},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2048},
-        **numbers(EXECUTE_SAMPLING),
+        **sampling_fields(EXECUTE_SAMPLING),
         "stop": {"type": ["array", "null"], "maxItems": EXECUTE_STOP_STRINGS,
                  "items": stop_string(EXECUTE_STOP_BYTES)},
         "grammar": GRAMMAR,

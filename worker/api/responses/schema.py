@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from worker.api.openai.schema import CHAT_ONLY, FORCED_CALL
-from worker.api.openapi_parts import COUNT, TEXT, json_body, numbers, post, ref, sse_event
+from worker.api.openapi_parts import COUNT, TEXT, json_body, post, ref, sampling_fields, sse_event
 from worker.api.reasoning_budgets import EFFORT_BUDGETS
 from worker.fields import OPENAI_SAMPLING
 
@@ -39,7 +39,7 @@ SCHEMAS: dict[str, Any] = {"ResponsesRequest": {
         "store": {"type": ["boolean", "null"], "default": True},
         "stream": {"type": ["boolean", "null"]},
         "max_output_tokens": {"type": ["integer", "null"], "minimum": 1, "maximum": 2**31 - 1},
-        **numbers(OPENAI_SAMPLING),
+        **sampling_fields(OPENAI_SAMPLING),
         "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["type", "name"], "properties": {
             "type": {"const": "function", "description": "only function tools"},
             "name": {"type": "string", "pattern": "^[a-zA-Z0-9_-]{1,64}$"}, "description": {"type": "string"},

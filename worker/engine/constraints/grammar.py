@@ -84,6 +84,8 @@ class GrammarSampler:
         logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
         view = self._view
         view["id"], view["logit"], view["p"] = self._ids, logits, 0.0
+        # XTC moves the array's start past the tokens it drops: back to the buffer's first token.
+        self._all.data = ctypes.cast(self._data, llama_cpp.llama_token_data_p)
         self._all.size, self._all.selected, self._all.sorted = self._n_vocab, -1, False
 
     def _allows(self, token: int) -> bool:
@@ -110,14 +112,14 @@ class GrammarSampler:
             return llama_cpp.llama_sampler_sample(chain, ctx, row)
         self._fill(ctx, row)
         llama_cpp.llama_sampler_apply(chain, ctypes.byref(self._all))
-        token = self._data[self._all.selected].id
+        token = self._all.data[self._all.selected].id
         if not self._allows(token):
             self._fill(ctx, row)
             llama_cpp.llama_sampler_apply(self.grammar, ctypes.byref(self._all))
             if not np.isfinite(self._view["logit"]).any():
                 return None  # every token is masked: drawing or accepting one would abort inside llama.cpp
             llama_cpp.llama_sampler_apply(chain, ctypes.byref(self._all))
-            token = self._data[self._all.selected].id
+            token = self._all.data[self._all.selected].id
         llama_cpp.llama_sampler_accept(self.grammar, token)
         llama_cpp.llama_sampler_accept(chain, token)
         return token

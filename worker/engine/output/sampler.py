@@ -1,55 +1,68 @@
-"""A request's SamplingParams as a native llama.cpp sampler chain, and its grammar beside it, not a stage of the chain
-(constraints/grammar.py; constraints/lazy_grammar.py for one that waits for its trigger)."""
+"""A request's SamplingParams as a native llama.cpp sampler chain, built as common_sampler_init builds llama-server's
+(common/sampling.cpp), and its grammar beside it, not a stage of the chain (constraints/grammar.py;
+constraints/lazy_grammar.py for one that waits for its trigger)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import llama_cpp
 import structlog
 
 from worker.engine.constraints.grammar import GrammarSampler
 from worker.engine.constraints.lazy_grammar import LazyGrammar
-from worker.engine.output.seeded_draw import SeededDraw, random_seed
+from worker.engine.output.seeded_draw import SeededDraw, native_seed, random_seed
+from worker.engine.output.stages import MIROSTATS, REPEAT_STAGES, STAGES, StageContext, lookback
 from worker.engine.requests import SamplingParams
 
 log = structlog.get_logger(__name__)
 
 
-def build_chain(params: SamplingParams, n_vocab: int,
-                draw: SeededDraw | None) -> tuple[llama_cpp.llama_sampler_p, bool]:
-    """The chain, and whether it has a penalty stage (which must first see the prompt). Stages in llama.cpp's own
-    default order (common/sampling.cpp): logit bias, penalties, top-k, typical, top-p, min-p, temperature, then the
-    random draw (output/seeded_draw.py). Neutral settings leave their stage out, so greedy stays exactly greedy.
+@dataclass(frozen=True)
+class Chain:
+    native: llama_cpp.llama_sampler_p  # frees its stages, the draw's native side included
+    lookback: int  # the prompt's last tokens its stages must see before the first sample (penalties, DRY)
+    draw: SeededDraw | None  # held here: its Python callback must live as long as the native chain that calls it
 
-    `draw` ends the chain unless the request is greedy; the chain frees its native stage."""
+
+def build_chain(params: SamplingParams, vocab: llama_cpp.llama_vocab_p | None, n_vocab: int, seed: int) -> Chain:
+    """The chain, in llama.cpp's order: logit bias, then `samplers`' stages in their order, then the draw: the
+    worker's own 64-bit seeded draw (output/seeded_draw.py) where llama.cpp would use its dist stage. Mirostat (1 or
+    2) replaces the samplers and the draw with temperature, then Mirostat's own draw. Greedy (temperature <= 0) keeps
+    only the stages that move a logit by what came before (penalties, DRY), then takes the top token, whatever the
+    other settings say. Neutral settings leave their stage out, so greedy stays exactly greedy.
+
+    Mirostat and XTC, llama.cpp's stages that roll dice, take a 32-bit seed made from `seed` (native_seed)."""
     chain = llama_cpp.llama_sampler_chain_init(llama_cpp.llama_sampler_chain_default_params())
     add = lambda stage: llama_cpp.llama_sampler_chain_add(chain, stage)  # noqa: E731
+    context = StageContext(vocab, n_vocab, native_seed(seed))
 
     if params.logit_bias:
         biases = (llama_cpp.llama_logit_bias * len(params.logit_bias))(
             *(llama_cpp.llama_logit_bias(token, bias) for token, bias in params.logit_bias.items())
         )
         add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
-    penalized = (params.repeat_penalty, params.frequency_penalty, params.presence_penalty) != (1.0, 0.0, 0.0)
-    if penalized:
-        add(llama_cpp.llama_sampler_init_penalties(
-            n_vocab, params.repeat_last_n, params.repeat_penalty,
-            params.frequency_penalty, params.presence_penalty,
-        ))
+    draw = None
     if params.temperature <= 0:
-        add(llama_cpp.llama_sampler_init_greedy())
-        return chain, penalized
-    if params.top_k > 0:
-        add(llama_cpp.llama_sampler_init_top_k(params.top_k))
-    if params.typical_p < 1.0:
-        add(llama_cpp.llama_sampler_init_typical(params.typical_p, 1))
-    if params.top_p < 1.0:
-        add(llama_cpp.llama_sampler_init_top_p(params.top_p, 1))
-    if params.min_p > 0.0:
-        add(llama_cpp.llama_sampler_init_min_p(params.min_p, 1))
-    add(llama_cpp.llama_sampler_init_temp(params.temperature))
-    assert draw is not None  # Sampler gives every sampled (temperature > 0) request its draw
-    add(draw.sampler)
-    return chain, penalized
+        names = tuple(name for name in params.samplers if name in REPEAT_STAGES)
+        last = llama_cpp.llama_sampler_init_greedy()
+    elif params.mirostat:
+        names = ()
+        if params.temperature != 1:  # llama.cpp's plain temperature here: no dynamic range under Mirostat
+            add(llama_cpp.llama_sampler_init_temp(params.temperature))
+        last = MIROSTATS[params.mirostat](params, context)
+    else:
+        names = params.samplers
+        draw = SeededDraw(seed)
+        last = draw.sampler
+    built = []
+    for name in names:
+        stage = STAGES[name](params, context)
+        if stage is not None:
+            add(stage)
+            built.append(name)
+    add(last)
+    return Chain(chain, lookback(params, tuple(built)), draw)
 
 
 class Sampler:
@@ -60,12 +73,10 @@ class Sampler:
 
     def __init__(self, params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int,
                  prompt: list[int], preserved: frozenset[int] = frozenset()) -> None:
-        # Kept here: the draw's Python callback must live as long as the chain that calls it.
-        seed = random_seed() if params.seed is None else params.seed
-        self._draw = SeededDraw(seed) if params.temperature > 0 else None
-        self.chain, penalized = build_chain(params, n_vocab, self._draw)
-        if penalized:  # penalties look back over the prompt too, as llama-server's do
-            for token in prompt[-params.repeat_last_n:]:
+        self._chain = build_chain(params, vocab, n_vocab, random_seed() if params.seed is None else params.seed)
+        self.chain = self._chain.native
+        if self._chain.lookback:  # penalties and DRY look back over the prompt too, as llama-server's do
+            for token in prompt[-self._chain.lookback:]:
                 llama_cpp.llama_sampler_accept(self.chain, token)
         self.grammar = _grammar(params, vocab, n_vocab, preserved)
         # The grammar describes the whole output, reasoning included, from the template's opening of the answer:

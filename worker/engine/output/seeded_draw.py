@@ -1,6 +1,6 @@
 """The sampler chain's last stage: a seeded random draw that uses all 64 bits of the seed. llama.cpp's own dist stage
 seeds a 32-bit Mersenne Twister, so seeds that differ only above bit 32 (or by 2^32 - 1, its "random" marker) would
-draw the same text."""
+draw the same text. Also the 32-bit seed llama.cpp's own seeded stages (XTC, mirostat) take, made from all 64 bits."""
 
 from __future__ import annotations
 
@@ -46,3 +46,16 @@ class SeededDraw:
         running = np.cumsum(np.exp(logits - logits.max(), dtype=np.float64))
         target = running[-1] * self._rng.random()
         candidates.selected = min(int(np.searchsorted(running, target)), n - 1)
+
+
+# llama.cpp's LLAMA_DEFAULT_SEED: a native stage seeded with it seeds itself at random.
+NATIVE_RANDOM = 0xFFFFFFFF
+
+
+def native_seed(seed: int) -> int:
+    """The 32-bit seed of llama.cpp's own stages that draw (mirostat) or roll a die (XTC), made from the request's
+    64-bit seed: the first word of numpy's SeedSequence of it, in a stream apart from the draw's (spawn key 1),
+    modulo 2^32 - 1, so never NATIVE_RANDOM. Every bit of the seed moves it: seeds that differ only above bit 32 seed
+    these stages differently too, but for about one pair in 4 billion."""
+    word = np.random.SeedSequence(seed, spawn_key=(1,)).generate_state(1)[0]
+    return int(word) % NATIVE_RANDOM

@@ -62,6 +62,15 @@ class Prompts:
         return self.chat.thinks
 
     @property
+    def bos_text(self) -> str:
+        """The BOS token's text ("" without one), as llama-server's /props names it."""
+        return self.model.bos_text
+
+    @property
+    def eos_text(self) -> str:
+        return self.model.eos_text
+
+    @property
     def reads_images(self) -> bool:
         """A projector was loaded (--mmproj): prompts may hold images."""
         return self.projector is not None

@@ -1,4 +1,4 @@
-"""A Hugging Face model folder: config.json, tokenizer files, SafeTensors weights."""
+"""A Hugging Face model folder: config.json, generation_config.json, tokenizer files, SafeTensors weights."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from worker.source.convert.generation import GENERATION_CONFIG, read_generation_config
 from worker.source.convert.safetensors import INDEX_FILE, TensorInfo, file_signature, read_header, weight_files
 from worker.worker_error import WorkerError
 
@@ -25,6 +26,7 @@ class HfFolder:
     path: Path
     config: dict[str, Any]  # config.json, with a multimodal model's text_config merged in at the top
     tensors: dict[str, TensorInfo]  # every tensor of every weights file, by Hugging Face name
+    generation: dict[str, Any]  # generation_config.json ({} without one): the sampling its makers meant
 
     @property
     def architecture(self) -> str:
@@ -46,12 +48,14 @@ def open_folder(path: Path) -> HfFolder:
     tensors: dict[str, TensorInfo] = {}
     for file in weight_files(path):
         tensors.update(read_header(file)[1])
-    return HfFolder(path, config, tensors)
+    return HfFolder(path, config, tensors, read_generation_config(path))
 
 
 def input_signature(path: Path) -> list[tuple[str, bytes]]:
-    """Everything a conversion reads, cheaply: config and tokenizer files whole, weights by header and size."""
-    parts = [(name, (path / name).read_bytes()) for name in (CONFIG_FILE, INDEX_FILE, *TOKENIZER_FILES)
+    """Everything a conversion reads, cheaply: config, generation config and tokenizer files whole, weights by header
+    and size."""
+    parts = [(name, (path / name).read_bytes()) for name in (CONFIG_FILE, GENERATION_CONFIG, INDEX_FILE,
+                                                            *TOKENIZER_FILES)
              if (path / name).is_file()]
     parts += [(file.name, file_signature(file)) for file in weight_files(path)]
     return parts

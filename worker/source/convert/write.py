@@ -25,6 +25,7 @@ from worker.source.convert.architectures import (
     rope_scaling,
 )
 from worker.source.convert.folder import HfFolder, open_folder
+from worker.source.convert.generation import sampling_keys
 from worker.source.convert.safetensors import TensorInfo
 from worker.source.convert.vocab import read_vocab, write_vocab
 from worker.worker_error import WorkerError
@@ -107,6 +108,8 @@ def plan_tensors(folder: HfFolder, arch: Architecture, ctx: Context, wanted: ggu
 def _write_metadata(writer: gguf.GGUFWriter, folder: HfFolder, arch: Architecture, file_type: gguf.LlamaFileType,
                     extra_keys: list[tuple[str, object]]) -> None:
     writer.add_type(gguf.GGUFType.MODEL)
+    for method, value in sampling_keys(folder.generation):  # before the name, where llama.cpp's converter puts them
+        getattr(writer, method)(value)
     writer.add_name(folder.path.name)
     for param in arch.params:
         if (value := param.value(folder.config)) is not None:
