@@ -1,7 +1,7 @@
-"""Every chat template llama.cpp ships, through the worker's chat layer (llama.cpp's own, behind its C ABI): each renders
-a chat with tools, a tool call and its result; where it has tool calls, a call written in its own format reads back
-as a tool call, whole and streamed, and the lazy grammar's triggers wake on it. The templates are read as llama.cpp's
-tests read them (no model's BOS or EOS); tests/e2e/test_chat_formats.py serves some of them."""
+"""Every chat template llama.cpp ships, through the worker's chat layer (llama.cpp's own, behind its C ABI): each
+renders a chat with tools, a tool call and its result; where it has tool calls, a call written in its own format
+reads back as a tool call, whole and streamed, and the lazy grammar's triggers wake on it. The templates are read as
+llama.cpp's tests read them (no model's BOS or EOS); tests/e2e/test_chat_formats.py serves some of them."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from tests.chat_templates import (
     template,
     written_call,
 )
+from worker.engine.answer import Release
 from worker.engine.constraints.lazy_grammar import _Watch
 from worker.engine.native.chat_layer import ChatParams, ChatTemplates
-from worker.engine.answer import Release
 from worker.engine.requests import Chat, GrammarTrigger
 from worker.engine.serving.chat_answer import ChatAnswer
 from worker.engine.serving.chat_template import ChatTemplate

@@ -1,5 +1,5 @@
-"""Tool calls' grammars as llama.cpp's chat layer gives them, on the engine's sampler alone, in this process, on the test
-model: tool_choice auto's lazy grammar, woken by each format's triggers, and a forced call's grammar of the whole
+"""Tool calls' grammars as llama.cpp's chat layer gives them, on the engine's sampler alone, in this process, on the
+test model: tool_choice auto's lazy grammar, woken by each format's triggers, and a forced call's grammar of the whole
 answer (tests/e2e/test_chat_formats.py: through the API)."""
 
 from __future__ import annotations
