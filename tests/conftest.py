@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import compileall
+import json
 import os
 import signal
 import socket
@@ -89,7 +90,8 @@ def template_worker(tmp: Path, model_path: Path, name: str, template: str, *flag
                     entry: str = "") -> WorkerProcess:
     """The test model served as models.toml entry `name` with its own chat template (and `entry`'s extra keys)."""
     models = tmp / "models.toml"
-    models.write_text(f"[models.{name}]\nchat_template = '''" + template + "'''\n" + entry +
+    # A TOML basic string, escaped as JSON escapes it: a real template may hold any quotes.
+    models.write_text(f"[models.{name}]\nchat_template = {json.dumps(template)}\n" + entry +
                       f'[models.{name}.source]\nkind = "path"\npath = "{model_path}"\n')
     return start_worker(tmp, "--model", name, "--models-file", str(models), *flags)
 

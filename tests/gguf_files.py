@@ -7,7 +7,9 @@ import os
 from functools import lru_cache
 from pathlib import Path
 
+import gguf
 from gguf import GGUFReader
+from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
 
 
 def read_gguf(path: Path) -> GGUFReader:
@@ -20,3 +22,11 @@ def read_gguf(path: Path) -> GGUFReader:
 @lru_cache(maxsize=16)  # the test model's reader stays; converted files come and go
 def _reader(path: Path, _size: int, _mtime_ns: int) -> GGUFReader:
     return GGUFReader(path)
+
+
+def with_metadata(model: Path, out: Path, keys: dict[str, MetadataDetails]) -> Path:
+    """A copy of `model` at `out` with these metadata keys added or changed, its tensors as they were."""
+    reader = read_gguf(model)
+    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
+    copy_with_new_metadata(reader, gguf.GGUFWriter(out, arch=arch, endianess=reader.endianess), keys, [])
+    return out

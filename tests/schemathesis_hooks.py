@@ -70,8 +70,13 @@ def _cap_ollama(body: dict, positive: bool) -> None:
 # is one field or another (reasoning_effort or reasoning_budget), below max_tokens, and needs a model that thinks.
 # Ollama's think needs a model that thinks, a raw prompt takes no system prompt, and options.num_ctx is at most the
 # worker's per-request context; its model-store routes are refused whatever they send (code one_model).
+# A model's template and vocabulary decide two more: tools need a template that shows them, and fill-in-the-middle
+# (suffix, /infill) needs FIM tokens, which the test model has neither of; and a final assistant message is continued,
+# so two of them, or one that calls tools, are refused.
 RELATIONAL = {"best_of", "top_logprobs", "echo", "n", "dimensions", "response_format", "tool_choice",
-              "previous_response_id", "reasoning_effort", "reasoning", "thinking", "think", "raw"}
+              "previous_response_id", "reasoning_effort", "reasoning", "thinking", "think", "raw", "tools", "suffix",
+              "input_prefix"}
+ENDINGS = {"one assistant message at the end at most", "no tool calls in a final assistant message"}
 # A grammar's GBNF and a schema's convertibility are languages of their own that JSON Schema cannot state:
 # the grammar fields, and the schemas of response_format, output_config.format and of a forced call's tool.
 LANGUAGES = re.compile(r"grammar|json_schema|response_format\.json_schema|output_config\.format\.schema|format|"
@@ -89,7 +94,7 @@ def _beyond_schema(response) -> bool:
         (p["field"] in ("stop", "stop_sequences", "options.stop", "dry_sequence_breakers")
          and p["constraint"].endswith(" bytes"))
         or p["field"] == "options.num_ctx"
-        or re.split(r"[.\[]", p["field"])[0] in RELATIONAL or p["constraint"] == ANSWERED_CALLS
+        or re.split(r"[.\[]", p["field"])[0] in RELATIONAL or p["constraint"] in (ANSWERED_CALLS, *ENDINGS)
         or LANGUAGES.match(p["field"]) for p in problems)
 
 

@@ -1,5 +1,5 @@
-"""A thinking model's <think>…</think> apart from its answer, on a real worker (tests/unit/test_reasoning.py: the
-splitter alone)."""
+"""A thinking model's reasoning apart from its answer, on a real worker (tests/unit/test_reasoning.py: the engine's phase
+alone; tests/model/test_chat_templates.py: the reasoning of the templates llama.cpp ships)."""
 
 from __future__ import annotations
 
@@ -12,11 +12,15 @@ import pytest
 
 from tests.conftest import template_worker
 
-# A ChatML template that opens the reasoning in the generation prompt unless enable_thinking is false (as Qwen3's).
+# ChatML written as thinking models' templates are (Qwen3's, GLM's): the reasoning opened in the generation prompt
+# unless enable_thinking is false, earlier reasoning shown in <think> tags, which is how llama.cpp's chat layer finds
+# the tags. (The real ones open it after a newline, where the test model does not copy the text below.)
 THINKING_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] == 'assistant' and m['reasoning_content'] %}<think>{{ m['reasoning_content'] }}</think>{% endif %}"
+    "{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n"
-    "{% if enable_thinking is not defined or enable_thinking %}<think>{% endif %}{% endif %}"
+    "{% if enable_thinking is not defined or enable_thinking %}<think>{% else %}<think></think>{% endif %}{% endif %}"
 )
 # Greedy SmolLM2 copies this text, so its output closes the reasoning the template opened.
 COPY = [{"role": "user", "content": "Copy this text exactly: <think>Let me see.</think>The answer is 4."}]
@@ -116,7 +120,8 @@ def test_reasoning_format_none_leaves_the_text_as_written(model_path, tmp_path):
     worker = _thinker_worker(tmp_path, model_path, "", "--reasoning-format", "none")
     try:
         message = _answer(worker)
-        assert message.content == "Let me see.</think>The answer is 4."
+        # As llama-server: the tag the template opened the reasoning with leads it, so the text reads whole.
+        assert message.content == "<think>Let me see.</think>The answer is 4."
         assert "reasoning_content" not in (message.model_extra or {})
     finally:
         worker.stop()

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import gguf
 import pytest
-from gguf.scripts.gguf_new_metadata import MetadataDetails, copy_with_new_metadata
+from gguf.scripts.gguf_new_metadata import MetadataDetails
 
 from tests.conftest import WorkerProcess, start_worker
-from tests.gguf_files import read_gguf
+from tests.gguf_files import with_metadata
 from tests.helpers import WHOLE_DISTRIBUTION, completion_text, openai_once
 
 STORY = {"prompt": "Once upon a time", "max_tokens": 16}
@@ -22,18 +22,10 @@ README_CHAT = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 64
 BEFORE = {"temperature": 1.0, **WHOLE_DISTRIBUTION}
 
 
-def with_sampling_keys(model: Path, out: Path, keys: dict[str, MetadataDetails]) -> Path:
-    """The model with these general.sampling.* keys added, as llama.cpp's converter writes them."""
-    reader = read_gguf(model)
-    arch = bytes(reader.fields["general.architecture"].parts[-1]).decode()
-    copy_with_new_metadata(reader, gguf.GGUFWriter(out, arch=arch, endianess=reader.endianess), keys, [])
-    return out
-
-
 @pytest.fixture(scope="module")
 def keyed(model_path: Path, tmp_path_factory) -> Path:
     """The test model whose GGUF asks for top-k 1 at temperature 1.5: its text is then the greedy text at any seed."""
-    return with_sampling_keys(model_path, tmp_path_factory.mktemp("keyed") / "keyed.gguf", {
+    return with_metadata(model_path, tmp_path_factory.mktemp("keyed") / "keyed.gguf", {
         gguf.Keys.General.SAMPLING_TOP_K: MetadataDetails(gguf.GGUFValueType.INT32, 1),
         gguf.Keys.General.SAMPLING_TEMP: MetadataDetails(gguf.GGUFValueType.FLOAT32, 1.5)})
 

@@ -51,6 +51,7 @@ def build_app(worker: WorkerState) -> web.Application:
     app.add_routes(llama_server.rerank_routes)
     app.add_routes(llama_server.slot_routes)
     app.add_routes(llama_server.props_routes)
+    app.add_routes(llama_server.infill_routes)
     app.add_routes(openai.embedding_routes)
     app.add_routes(ollama.routes)
     app.add_routes(ollama.embed_routes)

@@ -39,7 +39,7 @@ async def feed(handle: TrackedHandle, answer: Answer, content: Content, send: Se
                 await send(content.call(call))
     finished = handle.ended
     if finished.reason in ENDED:
-        release = answer.finish()
+        release = answer.finish(cut=finished.reason is FinishReason.LENGTH)
         await send(content.add(reasoning, release.reasoning) + content.add("text", release.text))
         for call in release.calls:
             await send(content.call(call))

@@ -151,7 +151,8 @@ def response(failure: Failure, family: Family) -> web.Response:
 
 
 _OPENAI_PATHS = ("/v1/chat", "/v1/completions", "/v1/responses", "/v1/models", "/v1/embeddings", "/tokenize",
-                 "/detokenize", "/apply-template", "/lora-adapters", "/v1/rerank", "/rerank", "/slots")
+                 "/detokenize", "/apply-template", "/lora-adapters", "/v1/rerank", "/rerank", "/slots", "/infill",
+                 "/props")
 
 
 def family_of(request: web.Request) -> Family:

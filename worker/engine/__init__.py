@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.errors import EmptyPrompt as EmptyPrompt
     from worker.engine.errors import ImageUnreadable as ImageUnreadable
     from worker.engine.errors import NoChatTemplate as NoChatTemplate
+    from worker.engine.errors import NoInfill as NoInfill
     from worker.engine.errors import QueueFull as QueueFull
     from worker.engine.errors import UnfitInputs as UnfitInputs
     from worker.engine.exactness.build_choice import BATCH_INVARIANT_DIR as BATCH_INVARIANT_DIR
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.requests import Chat as Chat
     from worker.engine.requests import ChatPrompt as ChatPrompt
     from worker.engine.requests import Event as Event
+    from worker.engine.requests import ExtraFile as ExtraFile
     from worker.engine.requests import Finished as Finished
     from worker.engine.requests import FinishReason as FinishReason
     from worker.engine.requests import GrammarTrigger as GrammarTrigger
@@ -100,7 +102,7 @@ __getattr__ = exports(__name__, {
     "load_model": "startup.load", "ServedModel": "serving.served_model", "Engine": "engine",
     "Prompts": "serving.prompts", "PooledOutputs": "serving.pooled_outputs", "SavedCells": "serving.saved_cells",
     "SlotFile": "serving.saved_cells", "ModelFacts": "serving.facts", "Exactness": "serving.facts",
-    "RequestHandle": "handle", "SchedulerStats": "core.scheduler",
+    "RequestHandle": "handle", "SchedulerStats": "core.scheduler", "ExtraFile": "requests",
     # a chat's answer read back from the model's text
     "Answer": "answer", "Answers": "answer", "PlainText": "answer", "Release": "answer", "ToolCall": "answer",
     # requests and their events: plain data
@@ -117,6 +119,7 @@ __getattr__ = exports(__name__, {
     # what the engine refuses or fails at
     "AdapterCells": "errors", "ChatTemplateError": "errors", "ContextLengthExceeded": "errors",
     "EmbeddingFailed": "errors", "EmptyPrompt": "errors", "ImageUnreadable": "errors", "NoChatTemplate": "errors",
+    "NoInfill": "errors",
     "QueueFull": "errors", "UnfitInputs": "errors", "UnusableFile": "kv.cell_file",
     # configuration, and what is chosen before a model loads
     "EngineConfig": "config", "Lora": "config", "DRAFT_MAX": "config", "default_batch_size": "config",

@@ -40,7 +40,7 @@ class PlainText:
     def feed(self, text: str) -> Release:
         return Release(text)
 
-    def finish(self) -> Release:
+    def finish(self, cut: bool = False) -> Release:
         return Release()
 
 
@@ -49,7 +49,7 @@ class Answer(Protocol):
 
     def feed(self, text: str) -> Release: ...
 
-    def finish(self) -> Release: ...
+    def finish(self, cut: bool = False) -> Release: ...  # cut: the answer was cut short (max_tokens, the context)
 
 
 Answers = Callable[[bool], Answer]  # a fresh answer per choice, given whether it streams

@@ -13,6 +13,10 @@ class NoChatTemplate(WorkerError):
     pass
 
 
+class NoInfill(WorkerError):
+    """The model's vocabulary has no fill-in-the-middle tokens (prefix, suffix, middle)."""
+
+
 class ChatTemplateError(WorkerError):
     """The template refused the conversation (e.g. roles out of order): the client's fault."""
 

@@ -105,6 +105,14 @@ class Chat:
 
 
 @dataclass(frozen=True)
+class ExtraFile:
+    """Another file's text a fill-in-the-middle prompt holds (llama-server's input_extra; serving/infill.py)."""
+
+    filename: str
+    text: str
+
+
+@dataclass(frozen=True)
 class ChatPrompt:
     tokens: list[int]  # with an image's stand-ins at its span (media.py)
     reasoning: Reasoning | None  # set where the chat template thinks

@@ -37,6 +37,8 @@ def described(worker: WorkerState, served: ServedModel) -> dict[str, Any]:
         # Images with a projector (--mmproj); audio and video are refused.
         "modalities": {"vision": "image" in prompts.input_modalities, "audio": False, "video": False},
         "chat_template": prompts.template_source or "",
+        # What llama.cpp's Jinja engine finds the template does (supports_tools, supports_tool_calls, ...).
+        "chat_template_caps": prompts.chat.caps,
         "bos_token": prompts.bos_text,
         "eos_token": prompts.eos_text,
         "endpoint_slots": True,

@@ -1,4 +1,5 @@
-"""llama-server's routes in /openapi.json: /tokenize, /detokenize, /apply-template, the slot routes and /props."""
+"""llama-server's routes in /openapi.json: /tokenize, /detokenize, /apply-template, the slot routes, /props and
+/infill."""
 
 from __future__ import annotations
 
@@ -32,6 +33,18 @@ SCHEMAS: dict[str, Any] = {
                    "properties": {"text": TEXT}}]}},
         "top_n": {"type": ["integer", "null"], "minimum": 1, "description": "above the documents' count: all"},
         "return_documents": {"type": ["boolean", "null"], "default": False}}},
+    # A completion's fields beside its own, n_predict (llama-server's max_tokens) too; the FIM tokens are the model's.
+    "InfillRequest": {"type": "object", "required": ["input_prefix", "input_suffix"], "examples": [{
+                          "input_prefix": "def add(a, b):\n    ", "input_suffix": "\n", "n_predict": 8}],
+                      "properties": {
+                          "input_prefix": TEXT, "input_suffix": TEXT,
+                          "input_extra": {"type": ["array", "null"], "items": {
+                              "type": "object", "required": ["text"],
+                              "properties": {"text": TEXT, "filename": TEXT}}},
+                          "prompt": {"type": "string", "description": "the middle's start, which the model continues"},
+                          "n_predict": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
+                          "stream": {"type": ["boolean", "null"]}, "model": {"type": "string"},
+                          **sampling_fields(LLAMA_SERVER_SAMPLING)}},
     "SlotFileRequest": {"type": "object", "properties": {"filename": {
         "type": "string", "minLength": 1, "maxLength": 255,
         "pattern": "^[^./\\\\:\\x00-\\x1f\\x7f][^/\\\\:\\x00-\\x1f\\x7f]*$",
@@ -134,5 +147,14 @@ _PROPS = {"type": "object", "required": ["default_generation_settings", "total_s
     "modalities": {"type": "object", "properties": {"vision": _FLAG, "audio": _FLAG, "video": _FLAG}},
     "chat_template": TEXT, "bos_token": TEXT, "eos_token": TEXT,
     "endpoint_slots": _FLAG, "endpoint_props": _FLAG, "endpoint_metrics": _FLAG}}
+_INFILL_RESULT = {"type": "object", "required": ["content", "stop"], "properties": {
+    "content": TEXT, "stop": _FLAG, "stop_type": {"enum": ["eos", "word", "limit"]}, "tokens_predicted": COUNT,
+    "tokens_evaluated": COUNT, "tokens_cached": COUNT, "prompt": TEXT}}
+PATHS["/infill"] = post("Code at a cursor, filled in between the text before and after it (llama-server's)",
+                        "InfillRequest", {"description": "llama-server's completion result, or its data: lines when "
+                                                         "stream is true",
+                                          "content": {"application/json": {"schema": _INFILL_RESULT},
+                                                      "text/event-stream": {"schema": {"type": "string"}}}},
+                        "OpenAIError")
 PATHS["/props"] = get("The sampling defaults a request starts from, the slots, the model's file and chat template "
                       "(llama-server's)", {"description": "as llama-server's GET /props answers", **json_body(_PROPS)})

@@ -20,7 +20,7 @@ from worker.api.problems import InvalidRequest, Problem, parse_json_object
 from worker.api.reasoning_budgets import thinks
 from worker.api.request_checks import admitted
 from worker.api.state import WORKER, WorkerState
-from worker.engine import Answer, ChatPrompt, TokenEvent
+from worker.engine import Answer, ChatPrompt, FinishReason, TokenEvent
 
 routes = web.RouteTableDef()
 
@@ -74,7 +74,7 @@ async def _answer(request: web.Request, handle: TrackedHandle, answer: Answer, r
             return web.json_response(failure, status=FAILED_STATUS[finished.reason])
         await send_line(response, failure)
         return response
-    release = answer.finish()
+    release = answer.finish(cut=finished.reason is FinishReason.LENGTH)
     await send(reply.piece(release.text, release.reasoning, release.calls))
     last = reply.last(finished, time.monotonic() - started, whole=response is None)
     if response is None:

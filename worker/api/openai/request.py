@@ -35,6 +35,7 @@ class CompletionRequest:
     model: str | None
     prompt: str | list[int]  # text, or token ids as sent (lm-eval sends its own tokenizer's)
     generation: Generation
+    suffix: str | None = None  # fill in the middle: the text after the completion, which the prompt comes before
 
     def prompt_chars(self) -> tuple[str, int]:
         """The field that holds the prompt, and its length in characters (checked before tokenizing)."""
@@ -45,7 +46,6 @@ class CompletionRequest:
 _UNSUPPORTED = {
     "functions": "the deprecated functions field is not supported; send tools",
     "function_call": "the deprecated function_call field is not supported; send tools and tool_choice",
-    "suffix": "suffix (infill) is not supported",
 }
 MAX_TOP_LOGPROBS = 20  # chat's top_logprobs, as OpenAI's
 MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
@@ -220,8 +220,24 @@ def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParam
                       r.body[name])
     generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar, loras,
                                                           least_tokens=0))
+    suffix = _suffix(r, prompt, generation)
     r.done()
-    return CompletionRequest(model, prompt, generation)
+    return CompletionRequest(model, prompt, generation, suffix)
+
+
+def _suffix(r: Reader, prompt: str | list[int], generation: Generation) -> str | None:
+    """suffix: the completion fills the middle between the prompt and it (the model's FIM tokens), so the prompt is
+    text and is not repeated."""
+    if r.body.get("suffix") is None:
+        return None
+    suffix = r.string("suffix")
+    if not isinstance(prompt, str):
+        r.problem("suffix", "a text prompt", "suffix fills the middle after a text prompt: send the prompt as text, "
+                  "not token ids", prompt)
+    if generation.echo:
+        r.problem("echo", "echo == false beside suffix", "echo repeats the prompt, and with a suffix the prompt is "
+                  "a fill-in-the-middle one: send echo or suffix", True)
+    return suffix
 
 
 _PROMPT_FORMS = "a string, a list of token ids, or a list of exactly one of those"

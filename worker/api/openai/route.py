@@ -16,6 +16,7 @@ from worker.api.chat_turn import Turn, prepared_turn
 from worker.api.error_shapes import FAILED_STATUS, OPENAI_FAILURE_CODES
 from worker.api.generation import TrackedHandle, engine_requests, generating, merged
 from worker.api.generation_fields import ChatRequest
+from worker.api.infill_prompt import infill_prompt
 from worker.api.openai.logprobs import CompletionLogprobs, chat_logprobs, joined
 from worker.api.openai.request import CompletionRequest, parse_chat, parse_completion
 from worker.api.problems import parse_json_object
@@ -178,7 +179,8 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
             finished = [handle.ended for handle in handles]
             if failed := next((f for f in finished if f.reason not in _FINISH_REASONS), None):
                 return web.json_response(_failure(failed), status=FAILED_STATUS[failed.reason])
-            releases = [answer.feed(text) + answer.finish() for answer, (text, _, _) in zip(answers, outputs)]
+            releases = [answer.feed(text) + answer.finish(cut=f.reason is FinishReason.LENGTH)
+                        for answer, (text, _, _), f in zip(answers, outputs, finished)]
             return web.json_response({
                 **header, "object": shape.object,
                 "choices": [shape.choice(index, echo + release.text, release.reasoning,
@@ -203,7 +205,8 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
                 logprobs = formats[index](event.logprobs) if wants_logprobs else None
                 await _send_release(response, chunk, shape, index, answers[index].feed(event.text), logprobs)
             elif isinstance(event, Finished) and event.reason in _FINISH_REASONS:
-                await _send_release(response, chunk, shape, index, answers[index].finish())
+                await _send_release(response, chunk, shape, index,
+                                    answers[index].finish(cut=event.reason is FinishReason.LENGTH))
                 finish = _finish_reason(event, answers[index])
                 await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", finish, None, [])]})
             elif isinstance(event, Finished):
@@ -247,9 +250,14 @@ def _completion(body: dict[str, Any], worker: WorkerState, served: ServedModel) 
 
 
 async def _completion_turn(served: ServedModel, completion: CompletionRequest, _media: MediaSettings) -> Turn:
-    """A completion's prompt is text or token ids: no images, so `_media` has nothing to read."""
+    """A completion's prompt is text or token ids, or with a suffix a fill-in-the-middle prompt: no images, so
+    `_media` has nothing to read."""
     prompt = completion.prompt
-    tokens = prompt if isinstance(prompt, list) else served.prompts.tokenize(prompt)
+    if completion.suffix is not None:
+        assert isinstance(prompt, str)  # parse_completion refuses token ids beside a suffix
+        tokens = infill_prompt(served, "suffix", prompt, completion.suffix)
+    else:
+        tokens = prompt if isinstance(prompt, list) else served.prompts.tokenize(prompt)
     return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS
+from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, REASONING_FORMATS
 from worker.api.openai.embeddings import ENCODINGS, MAX_INPUTS
 from worker.api.openai.request import MAX_COMPLETION_LOGPROBS, MAX_TOP_LOGPROBS, ROLES
 from worker.api.openapi_parts import (
@@ -51,7 +51,10 @@ _SAMPLING = {
     "response_format": _RESPONSE_FORMAT,
 }
 CHAT_ONLY: dict[str, Any] = {
-    "chat_template_kwargs": {"type": ["object", "null"], "description": "template variables, e.g. enable_thinking"},
+    "chat_template_kwargs": {"type": ["object", "null"], "properties": {"enable_thinking": {"type": "boolean"}},
+                             "description": "template variables over the model's, e.g. enable_thinking"},
+    "reasoning_format": {"enum": [*REASONING_FORMATS, None],
+                         "description": "llama-server's: how this answer's reasoning comes back"},
     "logprobs": {"type": ["boolean", "null"]},
     "top_logprobs": {"type": ["integer", "null"], "minimum": 0, "maximum": MAX_TOP_LOGPROBS},
     "tools": {"type": ["array", "null"], "items": {"type": "object", "required": ["type", "function"], "properties": {
@@ -87,6 +90,8 @@ _COMPLETION_EXTRAS = {
     "max_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
     "max_completion_tokens": {"type": ["integer", "null"], "minimum": 0, "maximum": 2**31 - 1},
     "reasoning_budget": {"type": "null", "description": "a raw prompt has no reasoning split: chat turns only"},
+    "suffix": {"type": ["string", "null"],
+               "description": "fill in the middle between the prompt and this text: a model with FIM tokens only"},
 }
 # echo repeats (and scores) the prompt once: not beside several choices.
 _ECHO_ONCE = [{"properties": {"echo": {"enum": [False, None]}}},

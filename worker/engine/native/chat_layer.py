@@ -96,7 +96,7 @@ class _Abi:
             "lwc_templates_apply": ([handle, ctypes.c_char_p], text),
             "lwc_stream_init": ([ctypes.c_char_p, error], handle),
             "lwc_stream_free": ([handle], None),
-            "lwc_stream_feed": ([handle, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_bool], text),
+            "lwc_stream_feed": ([handle, ctypes.c_char_p, ctypes.c_size_t, ctypes.c_bool, ctypes.c_bool], text),
             "lwc_free": ([ctypes.c_void_p], None),
         }
         for name, (argtypes, restype) in signatures.items():
@@ -180,11 +180,13 @@ class AnswerParser:
                                       self._abi.lib.lwc_stream_init(json.dumps(config).encode(),
                                                                     ctypes.byref(error)), error)
 
-    def feed(self, text: str, final: bool) -> tuple[list[Delta], Message | None]:
-        """The deltas `text` adds (partial while more may come); at the end (`final`), the whole message too.
-        ChatTemplateError where the answer does not read as the format (the parser keeps its last message)."""
+    def feed(self, text: str, final: bool, with_message: bool = False) -> tuple[list[Delta], Message | None]:
+        """The deltas `text` adds (partial while more may come); at the end (`final`), or when asked (`with_message`),
+        the message so far too. ChatTemplateError where the answer does not read as the format (the parser keeps
+        its last message)."""
         data = text.encode("utf-8")
-        raw = self._abi.taken(self._abi.lib.lwc_stream_feed(self._handle, data, len(data), not final))
+        raw = self._abi.taken(self._abi.lib.lwc_stream_feed(self._handle, data, len(data), not final,
+                                                                   with_message))
         deltas = [Delta(d["reasoning_content"], d["content"], d["index"], d["name"], d["arguments"])
                   for d in raw["diffs"]]
         message = raw.get("message")

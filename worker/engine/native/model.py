@@ -323,6 +323,10 @@ class LlamaModel:
         return buf.raw[:n]
 
     @property
+    def bos_token(self) -> int:
+        return llama_cpp.llama_vocab_bos(self.vocab)
+
+    @property
     def bos_text(self) -> str:
         return self.token_text(llama_cpp.llama_vocab_bos(self.vocab))
 
@@ -335,6 +339,12 @@ class LlamaModel:
         if known is None:
             known = self._eog[token] = llama_cpp.llama_vocab_is_eog(self.vocab, token)
         return known
+
+    def fim_tokens(self) -> dict[str, int]:
+        """The fill-in-the-middle tokens the vocabulary has (llama_vocab_fim_*): pre, suf, mid, rep, sep."""
+        found = {name: getattr(llama_cpp, f"llama_vocab_fim_{name}")(self.vocab)
+                 for name in ("pre", "suf", "mid", "rep", "sep")}
+        return {name: token for name, token in found.items() if token != llama_cpp.LLAMA_TOKEN_NULL}
 
     def chat_template(self, name: str | None = None) -> str | None:
         """The GGUF's chat template, or its template called `name` (a reranker's "rerank"); None: it has none."""

@@ -4,6 +4,7 @@ as it arrives and sends what it releases, so a streamed answer adds up to the wh
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from collections.abc import Callable
@@ -12,7 +13,7 @@ import structlog
 
 from worker.engine.answer import Release, ToolCall
 from worker.engine.errors import ChatTemplateError
-from worker.engine.native.chat_layer import AnswerParser, ChatParams, Message
+from worker.engine.native.chat_layer import AnswerParser, ChatParams
 
 log = structlog.get_logger(__name__)
 
@@ -24,7 +25,7 @@ class ChatAnswer:
     reasoning is held); tool calls are released whole, once the answer has ended and reads as its format. An answer
     that does not (a call with bad JSON, or naming no offered tool, or text where the format allows none) is read
     again as a chat without tools: its calls stay text, never an error (`without_tools` renders that chat's
-    parser); llama-server would fail the request instead."""
+    parser); llama-server would fail the request instead. An answer cut short is read as far as it goes."""
 
     def __init__(self, params: ChatParams, reasoning_format: str, continuation: bool,
                  without_tools: Callable[[], ChatParams] | None = None, streamed: bool = False) -> None:
@@ -43,22 +44,25 @@ class ChatAnswer:
             return Release()
         return self._released(Release("".join(d.content for d in deltas), "".join(d.reasoning for d in deltas)))
 
-    def finish(self) -> Release:
+    def finish(self, cut: bool = False) -> Release:
+        """The rest of the answer, its calls with it. `cut`: the answer was cut short (max_tokens, the context): it
+        is read as the partial answer it is, its calls written whole released and one cut short left out."""
         try:
-            deltas, message = self._parser.feed("", final=True)
+            deltas, message = self._parser.feed("", final=not cut, with_message=True)
         except ChatTemplateError as unread:
             return self._read_without_tools(str(unread))
         finally:
             self._parser.close()
-        assert message is not None  # the last feed returns the whole message
-        if not all(_json_object(arguments) for _, arguments in message.calls):  # a call cut short (max_tokens)
+        assert message is not None  # asked for
+        whole = list(itertools.takewhile(lambda call: _json_object(call[1]), message.calls))
+        if len(whole) < len(message.calls) and not cut:  # a call whose arguments are no JSON object
             return self._read_without_tools("a call's arguments are not a whole JSON object")
         return self._released(Release("".join(d.content for d in deltas), "".join(d.reasoning for d in deltas),
-                                      self._calls(message)))
+                                      self._calls(whole)))
 
-    def _calls(self, message: Message) -> tuple[ToolCall, ...]:
+    def _calls(self, found: list[tuple[str, str]]) -> tuple[ToolCall, ...]:
         calls = tuple(ToolCall(i, "call_" + uuid.uuid4().hex[:24], name, arguments or "{}")
-                      for i, (name, arguments) in enumerate(message.calls))
+                      for i, (name, arguments) in enumerate(found))
         self.called = bool(calls)
         return calls
 

@@ -16,9 +16,10 @@ from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.native.chat_layer import ChatParams
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Bitmap, Projector
-from worker.engine.requests import Chat, ChatPrompt, GrammarTrigger, Reasoning
+from worker.engine.requests import Chat, ChatPrompt, ExtraFile, GrammarTrigger, Reasoning
 from worker.engine.serving.chat_answer import ChatAnswer
 from worker.engine.serving.chat_template import ChatTemplate
+from worker.engine.serving.infill import infill_tokens
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,10 @@ class Prompts:
     def chat_text(self, chat: Chat) -> str:
         """The chat through the chat template, generation prompt included: the prompt's text."""
         return self.chat.render(chat).prompt
+
+    def infill(self, prefix: str, suffix: str, extra: tuple[ExtraFile, ...] = (), prompt: str = "") -> list[int]:
+        """A fill-in-the-middle prompt's tokens (serving/infill.py); NoInfill for a model without FIM tokens."""
+        return infill_tokens(self.model, prefix, suffix, extra, prompt)
 
     def tokenize_chat(self, text: str) -> list[int]:
         """A chat template's text as its prompt's tokens: BOS where the model asks for one and the text has none."""

@@ -244,9 +244,10 @@ LWC_API void lwc_stream_free(lwc_stream * stream) {
 
 // Adds `len` bytes of answer text and parses the whole answer again: partial while more may come, whole at the end.
 // Returns {"diffs": [{"reasoning_content", "content", "index" (-1: no tool call), "name", "id", "arguments"}]} and,
-// the last time (not partial), "message": {"content", "reasoning_content", "tool_calls": [{"name", "arguments",
-// "id"}]}; or {"error"} where the answer does not read as the template's format (the stream keeps its last message).
-LWC_API char * lwc_stream_feed(lwc_stream * stream, const char * text, size_t len, bool partial) {
+// when asked for (`with_message`) or at the end (not partial), "message": {"content", "reasoning_content",
+// "tool_calls": [{"name", "arguments", "id"}]}; or {"error"} where the answer does not read as the template's format
+// (the stream keeps its last message).
+LWC_API char * lwc_stream_feed(lwc_stream * stream, const char * text, size_t len, bool partial, bool with_message) {
     return guarded([&] {
         stream->text.append(text, len);
         common_chat_msg msg = common_chat_parse(stream->text, partial, stream->params);
@@ -259,7 +260,7 @@ LWC_API char * lwc_stream_feed(lwc_stream * stream, const char * text, size_t le
         }
         json out = json::object();
         out["diffs"] = diffs;
-        if (!partial) {
+        if (!partial || with_message) {
             out["message"] = message_json(stream->last);
         }
         return out;
