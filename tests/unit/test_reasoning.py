@@ -13,26 +13,14 @@ THINK = Reasoning("<think>", ("</think>",), opened_in_prompt=False, end_tokens=(
 GPT_OSS = Reasoning("<|channel|>analysis<|message|>", ("<|end|>",), opened_in_prompt=False, end_tokens=())
 
 
-def split(pieces: list[str], reasoning: Reasoning, opened: bool = False,
-          stop: tuple[str, ...] = ()) -> tuple[str, str, str | None]:
-    """(the reasoning's text, the answer's text, the matched stop) after feeding `pieces` one at a time, as tokens
-    arrive; what the tracker passes on must add up to the text as written (up to a stop string)."""
+def split(pieces: list[str], reasoning: Reasoning, opened: bool = False) -> tuple[str, str]:
+    """(the reasoning's text, the answer's text) after feeding `pieces` one at a time, as tokens arrive; what the
+    tracker passes on must add up to the text as written."""
     phase = ReasoningPhase(Reasoning(reasoning.start_tag, reasoning.end_tags, opened, ()))
-    text = StreamingText(stop, phase)
-    thought, answered, released = [], [], []
-    for piece in pieces:
-        was_reasoning = phase.in_reasoning
-        out = text.feed(piece.encode())
-        released.append(out)
-        (thought if was_reasoning or phase.in_reasoning else answered).append(out)
-        if text.matched:
-            break
-    else:
-        released.append(text.flush())
-        answered.append(released[-1])
-    if text.matched is None:
-        assert "".join(released) == "".join(pieces)
-    return "".join(thought), "".join(answered), text.matched
+    parts = [phase.feed(piece) for piece in pieces] + [phase.flush()]
+    thought, answer = "".join(r for r, _ in parts), "".join(a for _, a in parts)
+    assert thought + answer == "".join(pieces)
+    return thought, answer
 
 
 def test_the_text_passes_through_whole_and_the_phase_follows_the_tags():
@@ -52,24 +40,24 @@ def test_the_text_passes_through_whole_and_the_phase_follows_the_tags():
     list("Let me see.</think>\nThe answer is 4."),
 ])
 def test_reasoning_opened_by_the_prompt(pieces):
-    thought, answer, _ = split(pieces, THINK, opened=True)
-    assert thought.endswith("</think>") and answer.strip() == "The answer is 4."
+    thought, answer = split(pieces, THINK, opened=True)
+    assert thought == "Let me see.</think>" and answer.strip() == "The answer is 4."
 
 
 def test_an_answer_that_only_starts_like_a_tag_is_all_answer():
-    assert split(["<", "b>bold</b>"], THINK) == ("", "<b>bold</b>", None)
-    assert split(["Plain ", "text </think> here"], THINK) == ("", "Plain text </think> here", None)
+    assert split(["<", "b>bold</b>"], THINK) == ("", "<b>bold</b>")
+    assert split(["Plain ", "text </think> here"], THINK) == ("", "Plain text </think> here")
 
 
 def test_gpt_oss_analysis_channel_is_the_reasoning():
     pieces = ["<|channel|>", "analysis", "<|message|>", "Think", "ing.", "<|end|>", "<|start|>", "assistant",
               "<|channel|>final<|message|>", "Hi"]
-    thought, answer, _ = split(pieces, GPT_OSS)
+    thought, answer = split(pieces, GPT_OSS)
     assert thought == "<|channel|>analysis<|message|>Thinking.<|end|>"
     assert answer == "<|start|>assistant<|channel|>final<|message|>Hi"
 
 
 def test_stop_strings_apply_to_the_answer_only():
-    thought, answer, matched = split(["I will say STOP", " later.</think>", "Fine STOP", " here"], THINK,
-                                     opened=True, stop=("STOP",))
-    assert (thought, answer, matched) == ("I will say STOP later.</think>", "Fine ", "STOP")
+    text = StreamingText(("STOP",), ReasoningPhase(Reasoning("<think>", ("</think>",), True, ())))
+    out = [text.feed(piece.encode()) for piece in ["I will say STOP", " later.</think>", "Fine STOP", " here"]]
+    assert ("".join(out), text.matched) == ("I will say STOP later.</think>Fine ", "STOP")

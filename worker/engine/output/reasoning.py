@@ -60,7 +60,7 @@ class ReasoningPhase:
         window = self._tail + text
         ends = [(at + len(tag), at) for tag in self._ends if (at := window.find(tag)) >= 0]
         if not ends:
-            self._tail = window[len(window) - self._reach:] if self._reach else ""
+            self._tail = window[max(0, len(window) - self._reach):] if self._reach else ""
             return text, ""
         cut = min(ends)[0] - len(self._tail)  # where the first end tag ends, in `text`
         self._phase, self._tail = _Phase.ANSWER, ""
