@@ -1,5 +1,5 @@
-"""A thinking model's reasoning apart from its answer, on a real worker (tests/unit/test_reasoning.py: the engine's phase
-alone; tests/model/test_chat_templates.py: the reasoning of the templates llama.cpp ships)."""
+"""A thinking model's reasoning apart from its answer, on a real worker (tests/unit/test_reasoning.py: the engine's
+phase alone; tests/model/test_chat_templates.py: the reasoning of the templates llama.cpp ships)."""
 
 from __future__ import annotations
 
