@@ -7,8 +7,13 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tests.conftest import REPO
+from worker.engine.requests import Chat
+
+if TYPE_CHECKING:
+    from worker.engine.serving.chat_template import ChatTemplate
 
 _VERSION = re.search(r'"llama-cpp-python==([^"]+)"', (REPO / "pyproject.toml").read_text())[1]  # type: ignore[index]
 _CACHE = Path(os.environ.get("LLM_WORKER_BUILD_CACHE", Path.home() / ".cache" / "llm-worker" / "llama.cpp"))
@@ -90,3 +95,26 @@ def written_call(params_prompt: str, generation_prompt: str, thinking: tuple[str
         closed = written.lstrip().startswith(ends[0].strip())
         return THOUGHT + (written.lstrip() if closed else ends[0] + written.lstrip())
     return written
+
+
+def row(name: str, chat: ChatTemplate) -> tuple[str, str, str, str, str]:
+    """docs/models.md's row for a template: its name, whether its calls are read (and the format), its reasoning tags,
+    and whether it takes enable_thinking and reasoning_effort."""
+    asked = chat.render(Chat((USER,), tools=(TOOL,)))
+    calls = "no: shows no tools" if not chat.shows_tools else f"no: {UNREAD[name]}" if name in UNREAD else "yes"
+    if calls == "yes" and not asked.grammar_lazy:
+        calls = "yes, unconstrained"
+    reasoning = (f"`{asked.thinking_start_tag}` … `{asked.thinking_end_tags[0].strip()}`"
+                 if asked.supports_thinking and asked.thinking_end_tags else "none")
+    quiet = chat.render(Chat((USER,), template_kwargs={"enable_thinking": False}))
+    thinking_off = "yes" if quiet.prompt != chat.render(Chat((USER,))).prompt else "no"
+    effort = "yes" if chat.caps.get("supports_reasoning_effort") else "no"
+    return f"`{name}`", calls, reasoning.replace("|", "\\|"), thinking_off, effort
+
+
+if __name__ == "__main__":  # docs/models.md's table: python -m tests.chat_templates
+    from worker.engine.native.chat_layer import ChatTemplates
+    from worker.engine.serving.chat_template import ChatTemplate
+
+    for name in TEMPLATES:
+        print("| " + " | ".join(row(name, ChatTemplate(ChatTemplates(None, template(name)), {}, "deepseek"))) + " |")

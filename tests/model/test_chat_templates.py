@@ -19,9 +19,11 @@ from tests.chat_templates import (
     UNREAD,
     USER,
     WRITTEN,
+    row,
     template,
     written_call,
 )
+from tests.conftest import REPO
 from worker.engine.answer import Release
 from worker.engine.constraints.lazy_grammar import _Watch
 from worker.engine.native.chat_layer import ChatParams, ChatTemplates
@@ -117,6 +119,12 @@ def test_the_lazy_grammar_wakes_on_the_call(name):
 
 def test_every_template_with_tools_is_read():
     assert len(_calling()) == CALLING_TEMPLATES
+
+
+def test_models_md_lists_every_template_as_the_chat_layer_reads_it():
+    section = (REPO / "docs" / "models.md").read_text().split("\n## Chat formats\n", 1)[1].split("\n## ", 1)[0]
+    listed = [line for line in section.splitlines() if line.startswith("| `")]
+    assert listed == ["| " + " | ".join(row(name, _template(name))) + " |" for name in TEMPLATES]
 
 
 def test_a_thinking_template_splits_reasoning_from_its_answer():
