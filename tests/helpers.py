@@ -8,11 +8,14 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from tests.conftest import REPO
+
+if TYPE_CHECKING:
+    import anthropic
 
 # The whole distribution: no top-k, top-p or min-p, which a model's sampling defaults add (its models.toml entry's, its
 # GGUF's, llama-server's). For tests whose seeds were chosen to draw freely.
@@ -108,3 +111,17 @@ EXPECTED_CMAKE_ARGS = {
     "vulkan": ["-DGGML_NATIVE=OFF", "-DGGML_VULKAN=ON"],
     "rpc": ["-DGGML_RPC=ON"],
 }
+
+
+def counts_its_input(client: anthropic.Anthropic, model: str, **extra: object) -> None:
+    """count_tokens of a request is the input its answer reports, whole and streamed."""
+    messages = [{"role": "user", "content": "Tell me about owls, in one line."},
+                {"role": "assistant", "content": "Owls"}]  # a prefill is part of the input too
+    counted = client.messages.count_tokens(model=model, messages=messages, **extra)
+    answer = client.messages.create(model=model, messages=messages, max_tokens=4, **extra, temperature=0)
+    usage = answer.usage
+    assert counted.input_tokens > 10
+    assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
+    with client.messages.stream(model=model, messages=messages, max_tokens=4, **extra, temperature=0) as stream:
+        started = next(event for event in stream if event.type == "message_start")
+        assert started.message.usage.input_tokens == counted.input_tokens

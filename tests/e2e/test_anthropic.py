@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from tests.conftest import start_worker, template_worker
-from tests.helpers import completion_text, openai_once
+from tests.helpers import completion_text, counts_its_input, openai_once
 from tests.tools_helpers import QWEN_TEMPLATE, SCHEMAS, TOOLS
 
 MODEL = "smollm2-135m-instruct"
@@ -219,6 +219,14 @@ def qwen(model_path, tmp_path_factory):
 def served(qwen) -> tuple[str, str]:
     """(base url, model id): the test model served with Qwen 2.5's template, which has tool calls."""
     return qwen.url, "qwen"
+
+
+def test_count_tokens_counts_the_tools_as_the_template_shows_them(served):
+    url, model = served
+    client = anthropic.Anthropic(base_url=url, api_key="unused", max_retries=0)
+    tools = [{"name": tool["function"]["name"], "description": tool["function"]["description"],
+              "input_schema": tool["function"]["parameters"]} for tool in TOOLS]
+    counts_its_input(client, model, system="You are terse.", tools=tools)
 
 
 def _uses(message) -> list[tuple[str, dict]]:

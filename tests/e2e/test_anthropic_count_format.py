@@ -8,6 +8,8 @@ import anthropic
 import jsonschema
 import pytest
 
+from tests.helpers import counts_its_input
+
 MODEL = "smollm2-135m-instruct"
 GREEDY = {"extra_body": {"temperature": 0}}
 TOOLS = [{"name": "get_weather", "description": "The weather in a city now",
@@ -22,18 +24,18 @@ def client(base_url):
     return anthropic.Anthropic(base_url=base_url, api_key="unused", max_retries=0)
 
 
-@pytest.mark.parametrize("extra", [{}, {"system": "You are terse.", "tools": TOOLS}])
-def test_count_tokens_is_the_input_the_same_request_reports(client, extra):
-    messages = [{"role": "user", "content": "Tell me about owls, in one line."},
-                {"role": "assistant", "content": "Owls"}]  # a prefill is part of the input too
-    counted = client.messages.count_tokens(model=MODEL, messages=messages, **extra)
-    answer = client.messages.create(model=MODEL, messages=messages, max_tokens=4, **extra, **GREEDY)
-    usage = answer.usage
-    assert counted.input_tokens > 10
-    assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
-    with client.messages.stream(model=MODEL, messages=messages, max_tokens=4, **extra, **GREEDY) as stream:
-        started = next(event for event in stream if event.type == "message_start")
-        assert started.message.usage.input_tokens == counted.input_tokens
+def test_count_tokens_is_the_input_the_same_request_reports(client):
+    counts_its_input(client, MODEL, system="You are terse.")
+
+
+def test_count_tokens_refuses_tools_as_the_request_would(client):
+    """The default model's template shows no tools: counting a request with tools is refused as the request is
+    (test_anthropic.py counts one on a template with tool calls)."""
+    for call in (client.messages.count_tokens, client.messages.create):
+        with pytest.raises(anthropic.BadRequestError) as refused:
+            call(model=MODEL, messages=[{"role": "user", "content": "Hi"}], tools=TOOLS,
+                 **({} if call == client.messages.count_tokens else {"max_tokens": 4}))
+        assert "chat template shows the model neither tools nor tool calls" in refused.value.body["error"]["message"]
 
 
 def test_output_config_format_answers_in_the_schema(client):
