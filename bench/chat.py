@@ -47,7 +47,7 @@ from bench.prompts import PromptFactory
 from bench.report import environment, machine_line, publish, pyplot, ratio, save_chart, write_summary
 from bench.rounds import alternated, medians, ratios_text
 from bench.servers import running_server
-from worker.engine import LIB_PATH_ENV, default_dir
+from worker.engine.host import LIB_PATH_ENV, default_dir
 
 SYSTEM = "You are a helpful assistant for a village history society. Answer kindly and in plain words."
 QUESTIONS = [

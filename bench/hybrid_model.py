@@ -15,7 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import BENCH_DIR, find_model
 from tests.fixtures.tiny_arch_models import LFM2_1_2B, write_tiny_model
-from worker.engine import quantize_model
+from worker.engine.host import quantize_model
 from worker.logs import configure
 
 

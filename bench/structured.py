@@ -82,7 +82,8 @@ def setup_ms(model: Path, repeats: int = 20) -> dict[str, float]:
     """Median ms of each grammar setup step for SCHEMA, on the model's vocab, as the worker runs them."""
     import llama_cpp
 
-    from worker.engine import GrammarSampler, grammar_problem, schema_grammar
+    from worker.engine.host import GrammarSampler, grammar_problem
+    from worker.schema_grammar import schema_grammar
 
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True

@@ -27,7 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.config import REPO_DIR, find_model
 from bench.report import publish
-from worker.engine import BATCH_INVARIANT_DIR, LIB_PATH_ENV, SWITCH_ENV, EngineConfig, choose_library, default_dir
+from worker.engine.host import BATCH_INVARIANT_DIR, LIB_PATH_ENV, SWITCH_ENV, EngineConfig, choose_library, default_dir
 
 TYPES = ("q4_0", "q4_1", "q5_0", "q8_0", "f16", "bf16", "q4_k_m", "q6_k")
 PROBE = REPO_DIR / "bench" / "probes" / "prefillspeed.py"
@@ -49,7 +49,7 @@ def requantized(model: Path, qtype: str, folder: Path) -> Path:
 def exact_settings(path: Path, switch_on: bool) -> dict[str, str]:
     """The ggml environment and repacking exact mode chooses for this file
     (worker/engine/exactness/ggml_switches.py)."""
-    from worker.engine import TILED_MM_ENV, choose_kernels
+    from worker.engine.host import TILED_MM_ENV, choose_kernels
 
     kernels = choose_kernels(path, row_invariant=True, switch_on=switch_on)
     env = {} if kernels.tiled_mm else {TILED_MM_ENV: "0"}

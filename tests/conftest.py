@@ -16,7 +16,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from worker.engine import bound_barrier_spins
+from worker.engine.host import bound_barrier_spins
 from worker.engine.startup.check_record import RECORDS_ENV
 from worker.source import load_registry, resolve_model
 

@@ -7,7 +7,13 @@ import json
 from pathlib import Path
 
 from worker.build_presets import load_presets
-from worker.engine import ASSISTING_BACKENDS, BATCH_INVARIANT_DIR, BuildInfo, batch_invariant_installed, build_origin
+from worker.engine.host import (
+    ASSISTING_BACKENDS,
+    BATCH_INVARIANT_DIR,
+    BuildInfo,
+    batch_invariant_installed,
+    build_origin,
+)
 
 GIB = 1024 ** 3
 # libggml-*.so that are not a GPU backend.

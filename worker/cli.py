@@ -15,7 +15,7 @@ import click
 
 from worker import __version__
 from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
-from worker.engine import DRAFT_MAX, bound_barrier_spins
+from worker.engine.host import DRAFT_MAX, bound_barrier_spins
 from worker.fields import MAX_DRAFT
 from worker.logs import configure as configure_logs
 from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
@@ -352,7 +352,7 @@ def models(models_file: Path | None) -> None:
 def backends(as_json: bool) -> None:
     """What the installed llama.cpp build supports: GPU offload, BLAS, RPC, backends and devices."""
     from worker import backends_report
-    from worker.engine import build_info
+    from worker.engine.host import build_info
 
     info = build_info()
     click.echo(backends_report.as_json(info) if as_json else backends_report.render(info))
@@ -418,7 +418,7 @@ def convert(src: Path, output: Path | None, convert_type: str, quantize: str | N
         raise WorkerError(f"{src} has no config.json; pass a Hugging Face model folder")
     quantizer: Quantizer | None = None
     if quantize is not None:  # llama.cpp's quantizer: the one use of llama.cpp a conversion makes
-        from worker.engine import quantize_model
+        from worker.engine.host import quantize_model
 
         quantizer = quantize_model
     path = converted_model(src, Conversion(convert_type, quantize, quantizer), ProgressReport())

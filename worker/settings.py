@@ -7,7 +7,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from worker.engine import (
+from worker.engine.host import (
     CacheMode,
     EngineConfig,
     SpecType,

@@ -35,7 +35,7 @@ def spinners(host: str) -> list[subprocess.Popen]:
 
 def measure(path: Path) -> None:
     """In the child: each row count's median pass, on each host, in ms."""
-    from worker.engine import EngineConfig, choose_library, load_library
+    from worker.engine.host import EngineConfig, choose_library, load_library
     from worker.logs import configure
 
     configure("console", "warning")

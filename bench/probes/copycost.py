@@ -17,7 +17,7 @@ import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model
-from worker.engine import EngineConfig
+from worker.engine.host import EngineConfig
 from worker.engine.native.model import LlamaModel
 
 HELD = 512  # cells slot 0 holds

@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model
-from worker.engine import EngineConfig
 from worker.engine.exactness.build_choice import choose_library, load_library
+from worker.engine.host import EngineConfig
 from worker.logs import configure
 
 if TYPE_CHECKING:

@@ -16,7 +16,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.config import find_model
 from bench.probes.rows import RowDecoder
-from worker.engine import EngineConfig
+from worker.engine.host import EngineConfig
 from worker.engine.native.model import LlamaModel
 
 CONTEXT = 320

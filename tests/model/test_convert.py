@@ -20,7 +20,7 @@ from gguf.quants import dequantize
 
 from tests.convert_helpers import hf, mismatches  # noqa: F401 (a fixture)
 from tests.gguf_files import read_gguf
-from worker.engine import quantize_model
+from worker.engine.host import quantize_model
 from worker.source.convert import Conversion, converted_model
 from worker.source.convert.write import convert_folder
 

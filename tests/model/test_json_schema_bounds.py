@@ -19,7 +19,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from llama_cpp.llama_grammar import SchemaConverter
 
-from worker.engine.constraints.json_schema import MAX_INT_DIGITS, SchemaProblem, integer_range, schema_grammar
+from worker.schema_grammar import MAX_INT_DIGITS, SchemaProblem, integer_range, schema_grammar
 
 DIGITS = "0123456789-"
 

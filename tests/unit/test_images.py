@@ -182,7 +182,7 @@ def test_responses_input_image_parts_become_chat_images():
 
     parsed = parse_responses({"input": [{"role": "user", "content": [
         {"type": "input_text", "text": "Which?"}, {"type": "input_image", "image_url": data_url(png((0, 255, 0)))}]}]},
-        n_vocab=100, defaults=SamplingParams(), max_choices=1, check_grammar=None, store=ResponseStore())
+        n_vocab=100, defaults=SamplingParams(), max_choices=1, store=ResponseStore())
     assert parsed.chat.messages[-1]["content"] == f"Which?{MEDIA_MARKER}"
     assert len(parsed.chat.images) == 1 and parsed.chat.images[0].width == 64
 
@@ -195,6 +195,6 @@ def test_responses_text_parts_read_as_before_images_an_empty_list_included():
     parsed = parse_responses({"input": [{"role": "user", "content": "Hi"}, {"type": "function_call", "call_id": "c",
                                                                            "name": "f", "arguments": "{}"},
                                         {"type": "function_call_output", "call_id": "c", "output": []}]},
-                             n_vocab=100, defaults=SamplingParams(), max_choices=1, check_grammar=None,
+                             n_vocab=100, defaults=SamplingParams(), max_choices=1,
                              store=ResponseStore())
     assert parsed.chat.messages[-1] == {"role": "tool", "tool_call_id": "c", "content": ""}

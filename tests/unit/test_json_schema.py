@@ -1,11 +1,11 @@
-"""The JSON schema checks alone, without a worker (worker/engine/constraints/json_schema.py): a refusal names the
+"""The JSON schema checks alone, without a worker (worker/schema_grammar.py): a refusal names the
 keyword, annotations are ignored, patterns are taken only where they cannot break the JSON string."""
 
 from __future__ import annotations
 
 import pytest
 
-from worker.engine.constraints.json_schema import MAX_REPEAT, SchemaProblem, pattern_problem, schema_grammar
+from worker.schema_grammar import MAX_REPEAT, SchemaProblem, pattern_problem, schema_grammar
 
 
 @pytest.mark.parametrize("schema,where", [

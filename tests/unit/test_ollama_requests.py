@@ -13,7 +13,7 @@ from worker.api.problems import InvalidRequest, Reader
 from worker.engine import SamplingParams
 from worker.settings import MediaSettings
 
-MODEL = Model(n_ctx_seq=2048, defaults=SamplingParams(temperature=0.7), check_grammar=None, thinks=False,
+MODEL = Model(n_ctx_seq=2048, defaults=SamplingParams(temperature=0.7), thinks=False,
               media=MediaSettings())
 
 

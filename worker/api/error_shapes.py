@@ -12,17 +12,9 @@ from dataclasses import dataclass
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from worker.api.problems import InvalidRequest, Problem
+from worker.api.problems import Problem
 from worker.api.state import NotReady
-from worker.engine import (
-    ChatTemplateError,
-    ContextLengthExceeded,
-    EmbeddingFailed,
-    EmptyPrompt,
-    FinishReason,
-    NoChatTemplate,
-    QueueFull,
-)
+from worker.engine import EmbeddingFailed, FinishReason, QueueFull, Refused
 
 RETRY_AFTER_S = "1"
 # A generation that ended in failure, as every dialect answers it when nothing was sent yet: the HTTP status, and
@@ -67,15 +59,8 @@ def classify(exc: Exception) -> Failure | None:
     """The HTTP meaning of an exception raised before any byte of the answer was sent."""
     if isinstance(exc, FailedJob):
         return exc.failure
-    if isinstance(exc, InvalidRequest):
+    if isinstance(exc, Refused):  # the request's problems (InvalidRequest), or the served model's refusal of its input
         return Failure(400, exc.code, exc.problems)
-    if isinstance(exc, ContextLengthExceeded):
-        constraint = f"prompt tokens + max_tokens <= {exc.n_ctx_seq}"
-        return Failure(400, "context_length_exceeded", [Problem("prompt", constraint, str(exc), exc.prompt_tokens)])
-    if isinstance(exc, EmptyPrompt):
-        return Failure(400, "invalid_request", [Problem("prompt", "at least one token", str(exc))])
-    if isinstance(exc, (NoChatTemplate, ChatTemplateError)):
-        return Failure(400, "chat_template", [Problem("messages", "the model's chat template", str(exc))])
     if isinstance(exc, UnknownModel):
         # 404, as OpenAI answers a model it does not have: the body is valid, the model is missing.
         return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])

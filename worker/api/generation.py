@@ -6,37 +6,44 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import replace
 
 import structlog
 
-from worker.api.chat_turn import Turn
+from worker.api.chat_input import as_chat, chat_images
+from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.metrics import Metrics
 from worker.api.state import WorkerState
-from worker.engine import Event, Finished, Request, RequestHandle, TokenEvent
+from worker.engine import Event, Finished, GenerationInput, Image, Prepared, Prompt, RequestHandle, TokenEvent
 
 log = structlog.get_logger("worker.request")
 
 
-def engine_requests(worker: WorkerState, turn: Turn, request_id: str, model: str | None = None) -> list[Request]:
-    """One engine request per choice; choice i samples with seed + i, so every choice is repeatable. `model`: the
-    name the request gave, which may be a LoRA adapter's (api/adapters.py)."""
-    served = worker.require_served()
-    prompt, generation = turn.prompt, turn.generation
-    prompt_tokens = prompt.tokens
-    # No max_tokens: generate up to the end of this sequence's context.
-    max_tokens = generation.max_tokens
-    if max_tokens is None:
-        max_tokens = max(1, served.facts.n_ctx_seq - len(prompt_tokens))
-    seed = generation.sampling.seed
+def generation_input(worker: WorkerState, generation: Generation, prompt: Prompt, request_id: str, model: str | None,
+                     prompt_field: str, images: tuple[Image, ...] = ()) -> GenerationInput:
+    """A request read by its dialect, in the engine's terms. `model`: the name the request gave, which may be a LoRA
+    adapter's (api/adapters.py); `prompt_field`: the request's field that holds the prompt."""
     adapters = worker.adapters.resolve(generation.lora, model)
-    return [Request(prompt_tokens, max_tokens,
-                    replace(generation.sampling, seed=(seed + i) % 2**64) if seed is not None else generation.sampling,
-                    generation.stop, request_id, timeout_s=worker.settings.request_timeout,
-                    logprobs=generation.logprobs, reasoning=prompt.reasoning,
-                    prompt_logprobs=generation.logprobs if generation.scores_prompt else None, media=prompt.media,
-                    adapters=adapters, checkpoints=prompt.checkpoints, preserved_tokens=turn.preserved_tokens)
-            for i in range(generation.n)]
+    return GenerationInput(prompt, generation.sampling, generation.stop, generation.max_tokens, generation.n,
+                           generation.logprobs, generation.scores_prompt, adapters, images, request_id,
+                           worker.settings.request_timeout, prompt_field, generation.grammar_field)
+
+
+async def prepare(worker: WorkerState, given: GenerationInput) -> Prepared:
+    """The served model's requests for `given` (ServedModel.prepare), on a worker thread where it has images:
+    decoding them (stb_image) and resizing them (mtmd) would otherwise hold the event loop, and with it every running
+    stream's next piece. libmtmd's decoding and tokenizing may run beside the engine thread's encoding, as
+    llama-server runs them on its HTTP threads."""
+    served = worker.require_served()
+    if given.images:
+        return await asyncio.to_thread(served.prepare, given)
+    return served.prepare(given)
+
+
+async def prepare_chat(worker: WorkerState, chat: ChatRequest, request_id: str, model: str | None) -> Prepared:
+    """A chat request made ready: its image links read, then prepared by the served model."""
+    images = await chat_images(chat, worker.settings.media)
+    return await prepare(worker, generation_input(worker, chat.generation, as_chat(chat), request_id, model,
+                                                  chat.prompt_field, images))
 
 
 class TrackedHandle:
@@ -133,11 +140,12 @@ def _log_outcome(finished: Finished | None, e2e_s: float) -> None:
 
 
 @asynccontextmanager
-async def generating(worker: WorkerState, choices: list[Request]) -> AsyncIterator[list[TrackedHandle]]:
-    """Raises the engine's up-front refusals (context, queue) before yielding."""
+async def generating(worker: WorkerState, prepared: Prepared) -> AsyncIterator[list[TrackedHandle]]:
+    """The prepared request's choices submitted, a handle each; raises the engine's up-front refusal (a full queue)
+    before yielding."""
     started = time.monotonic()
     handles = [TrackedHandle(handle, worker.metrics, started)
-               for handle in worker.require_served().engine.submit_choices(choices)]
+               for handle in worker.require_served().engine.submit_choices(prepared.requests)]
     try:
         yield handles
     finally:

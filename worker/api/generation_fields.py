@@ -32,6 +32,7 @@ class Generation:
     logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
     echo: bool = False  # completions: the prompt leads the text
     lora: dict[int, float] | None = None  # the request's `lora` list, adapter id -> scale (api/adapters.py); None: none
+    grammar_field: str = "grammar"  # the field that gave sampling.grammar, named where the vocabulary refuses it
 
     @property
     def scores_prompt(self) -> bool:
@@ -54,10 +55,7 @@ class ChatRequest:
     # in prompt order: each stands at a MEDIA_MARKER in a message's content; links are read before the turn is
     # prepared (media_links.py), so that a prepared turn holds only ImageInputs
     images: tuple[ImageInput | ImageLink, ...] = ()
-
-    def prompt_chars(self) -> tuple[str, int]:
-        """The field that holds the prompt, and its length in characters (checked before tokenizing)."""
-        return "messages", sum(len(m["content"]) for m in self.messages)
+    prompt_field: str = "messages"  # the field that holds the chat, as a refusal of the whole prompt names it
 
 
 # llama-server's --reasoning-format values, which a request's reasoning_format field may name.

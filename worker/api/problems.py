@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from worker.engine import Refused
+from worker.problem import Problem
 
 _MISSING = object()
 
@@ -15,22 +17,8 @@ def integral(value: Any) -> Any:
     return int(value) if isinstance(value, float) and value.is_integer() else value
 
 
-@dataclass(frozen=True)
-class Problem:
-    field: str
-    constraint: str
-    message: str
-    value: Any = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-class InvalidRequest(Exception):
-    def __init__(self, problems: list[Problem], code: str = "invalid_request") -> None:
-        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
-        self.problems = problems
-        self.code = code
+class InvalidRequest(Refused):
+    """A request refused as it is read, every problem listed: a 400, as the served model's refusals (Refused)."""
 
 
 def _reject_constant(name: str) -> None:

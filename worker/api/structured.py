@@ -1,19 +1,15 @@
 """Structured output fields (docs/api.md, "Structured output") -> the one GBNF grammar a request samples under, with
-every problem listed; each grammar, given or converted, parsed against the model's vocab so the engine can build it.
+every problem listed. The served model checks the grammar against its vocabulary as it prepares the request
+(engine/serving/input_processor.py), naming the field that gave it (grammar_field).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 from worker.api.problems import Reader
-from worker.engine import SchemaProblem, object_grammar, schema_grammar
-
-# Engine.grammar_problem: why llama.cpp refuses a grammar, or None. Passing no check skips it (no engine). Every
-# grammar, given or converted, passes it, so the engine thread never meets one it cannot build.
-GrammarCheck = Callable[[str], str | None]
+from worker.schema_grammar import SchemaProblem, object_grammar, schema_grammar
 
 MAX_GRAMMAR_CHARS = 256 * 1024
 RESPONSE_FORMATS = ("text", "json_object", "json_schema")
@@ -21,15 +17,7 @@ _PARSES = "GBNF that llama.cpp parses (root rule: root)"
 _SUPPORTED = "a JSON schema the grammar converter supports (see the README)"
 
 
-def _checked(r: Reader, field: str, text: str, check: GrammarCheck | None) -> str | None:
-    why = check(text) if check is not None else None
-    if why is None:
-        return text
-    r.problem(field, _PARSES, f"{field}: llama.cpp cannot use this grammar: {why[:300]}")
-    return None
-
-
-def _grammar(r: Reader, field: str, check: GrammarCheck | None) -> str | None:
+def _grammar(r: Reader, field: str) -> str | None:
     """A GBNF text field; "" or null means none, as in llama-server."""
     if r.body.get(field) is None:
         return None
@@ -39,11 +27,11 @@ def _grammar(r: Reader, field: str, check: GrammarCheck | None) -> str | None:
     if "\0" in text:  # llama.cpp reads the text as a C string: it would end there
         r.problem(field, _PARSES, f"{field} contains a NUL character")
         return None
-    return _checked(r, field, text, check)
+    return text
 
 
-def checked_schema(r: Reader, field: str, schema: Any, check: GrammarCheck | None) -> str | None:
-    """A JSON schema field as GBNF by the engine's converter (worker.engine.constraints.json_schema), every problem
+def checked_schema(r: Reader, field: str, schema: Any) -> str | None:
+    """A JSON schema field as GBNF by the converter (worker/schema_grammar.py), every problem
     with it noted in `r` (None then)."""
     try:
         text = schema_grammar(schema)
@@ -51,7 +39,7 @@ def checked_schema(r: Reader, field: str, schema: Any, check: GrammarCheck | Non
         for where, message in refused.problems:
             r.problem(f"{field}.{where}" if where else field, _SUPPORTED, f"{field}: {message}")
         return None
-    return _checked(r, field, text, check)
+    return text
 
 
 def _one_of(r: Reader, fields: tuple[str, str], grammars: tuple[str | None, str | None]) -> str | None:
@@ -62,10 +50,10 @@ def _one_of(r: Reader, fields: tuple[str, str], grammars: tuple[str | None, str 
     return grammars[0] if grammars[0] is not None else grammars[1]
 
 
-def openai_grammar(r: Reader, check: GrammarCheck | None) -> str | None:
+def openai_grammar(r: Reader) -> str | None:
     """`response_format` (text, json_object, json_schema) and llama-server's `grammar` -> the request's grammar
     (None: unconstrained); at most one of them constrains."""
-    grammar = _grammar(r, "grammar", check)
+    grammar = _grammar(r, "grammar")
     spec = r.body.get("response_format")
     if spec is None:
         return grammar
@@ -88,13 +76,13 @@ def openai_grammar(r: Reader, check: GrammarCheck | None) -> str | None:
     nested.string("name")
     nested.boolean("strict")
     r.problems += [replace(p, field=f"response_format.json_schema.{p.field}") for p in nested.problems]
-    converted = checked_schema(r, "response_format.json_schema.schema", json_schema["schema"], check)
+    converted = checked_schema(r, "response_format.json_schema.schema", json_schema["schema"])
     return _one_of(r, ("grammar", "response_format"), (grammar, converted))
 
 
-def execute_grammar(r: Reader, check: GrammarCheck | None) -> str | None:
+def execute_grammar(r: Reader) -> str | None:
     """/execute's `grammar` and `json_schema` -> the job's grammar (None: unconstrained)."""
-    grammar = _grammar(r, "grammar", check)
+    grammar = _grammar(r, "grammar")
     schema = r.body.get("json_schema")
-    converted = checked_schema(r, "json_schema", schema, check) if schema is not None else None
+    converted = checked_schema(r, "json_schema", schema) if schema is not None else None
     return _one_of(r, ("grammar", "json_schema"), (grammar, converted))

@@ -6,32 +6,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.worker_error import WorkerError
+from worker.problem import Problem
 
 
-class NoChatTemplate(WorkerError):
-    pass
+class Refused(Exception):
+    """An input the engine will not run, each problem named by the request's field that holds it: the client's to
+    fix (a 400). Every refusal of a request's input is one; `code` says which kind."""
+
+    def __init__(self, problems: list[Problem], code: str = "invalid_request") -> None:
+        super().__init__("; ".join(f"{p.field}: {p.message}" for p in problems))
+        self.problems = problems
+        self.code = code
 
 
-class NoInfill(WorkerError):
+class NoChatTemplate(Refused):
+    def __init__(self, message: str) -> None:
+        super().__init__([Problem("messages", "the model's chat template", message)], "chat_template")
+
+
+class ChatTemplateError(Refused):
+    """The template refused the conversation (e.g. roles out of order), or llama.cpp's parser the answer."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__([Problem("messages", "the model's chat template", message)], "chat_template")
+
+
+class NoInfill(Refused):
     """The model's vocabulary has no fill-in-the-middle tokens (prefix, suffix, middle)."""
 
+    def __init__(self, message: str, field: str = "input_prefix") -> None:
+        super().__init__([Problem(field, "a model with fill-in-the-middle tokens", f"{field}: {message}")])
+        self.why = message
 
-class ChatTemplateError(WorkerError):
-    """The template refused the conversation (e.g. roles out of order): the client's fault."""
 
-
-@dataclass(frozen=True)
-class ContextLengthExceeded(Exception):
-    prompt_tokens: int
-    max_tokens: int
-    n_ctx_seq: int
-
-    def __str__(self) -> str:
-        return (
-            f"this request needs {self.prompt_tokens} prompt + {self.max_tokens} generated tokens, "
-            f"but a sequence holds {self.n_ctx_seq} tokens; shorten the prompt or lower max_tokens"
-        )
+class ContextLengthExceeded(Refused):
+    def __init__(self, prompt_tokens: int, max_tokens: int, n_ctx_seq: int, field: str = "prompt") -> None:
+        message = (f"this request needs {prompt_tokens} prompt + {max_tokens} generated tokens, but a sequence holds "
+                   f"{n_ctx_seq} tokens; shorten the prompt or lower max_tokens")
+        super().__init__([Problem(field, f"prompt tokens + max_tokens <= {n_ctx_seq}", message, prompt_tokens)],
+                         "context_length_exceeded")
+        self.prompt_tokens, self.max_tokens, self.n_ctx_seq = prompt_tokens, max_tokens, n_ctx_seq
 
 
 @dataclass(frozen=True)
@@ -47,8 +61,9 @@ class AdapterCells(Exception):
                 "holds only cells made without adapters: save a slot that served a request without adapters")
 
 
-class EmptyPrompt(ValueError):
-    pass
+class EmptyPrompt(Refused):
+    def __init__(self, message: str, field: str = "prompt") -> None:
+        super().__init__([Problem(field, "at least one token", message)])
 
 
 class ImageUnreadable(ValueError):

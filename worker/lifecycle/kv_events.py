@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from worker.engine import BLOCK_TOKENS, AdapterSet, BlockIndex, HeldCells, Removed, Stored
+from worker.engine import AdapterSet
+from worker.engine.host import BLOCK_TOKENS, BlockIndex, HeldCells, Removed, Stored
 from worker.worker_error import WorkerError
 
 if TYPE_CHECKING:

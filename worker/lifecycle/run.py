@@ -15,7 +15,8 @@ from worker.api import Phase, WorkerState, build_app
 from worker.api.adapters import Adapters
 from worker.api.loading_progress import LoadingProgress
 from worker.api.model_sampling import check_entry, model_defaults
-from worker.engine import Lora, SamplingParams, build_origin, choose_library, load_library
+from worker.engine import Lora, SamplingParams
+from worker.engine.host import build_origin, choose_library, load_library
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
 from worker.lifecycle.kv_events import KvEvents
@@ -70,7 +71,7 @@ def _load(settings: Settings, progress: LoadingProgress,
     if settings.quantize and fetched.path.is_dir():
         # llama.cpp's quantizer loads llama_cpp here, before its build is chosen for the model: the model then runs
         # on the build loaded (load_library says which and why).
-        from worker.engine import quantize_model
+        from worker.engine.host import quantize_model
 
         quantizer = quantize_model
     model = as_gguf(fetched, Conversion(settings.convert_type, settings.quantize, quantizer), report)
@@ -84,7 +85,7 @@ def _load(settings: Settings, progress: LoadingProgress,
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
                                                     reason=library.reason, built_by=build_origin(library.path))
     # The first import of llama_cpp, which loads the library just chosen.
-    from worker.engine import load_model
+    from worker.engine.host import load_model
 
     served = load_model(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
                         template_kwargs=model.defaults.chat_template_kwargs)
@@ -228,7 +229,7 @@ async def serve(settings: Settings) -> None:
         # Fail before binding anything. These load llama.cpp's default library (or LLAMA_CPP_LIB_PATH's), the only
         # one such a model gets; a cpu-only model's is chosen once the model is known
         # (engine/exactness/build_choice.py), and every build has the cpu backend.
-        from worker.engine import check_rpc, require_backend
+        from worker.engine.host import check_rpc, require_backend
 
         require_backend(config.backend, config.device)
         check_rpc(config.rpc_servers)

@@ -7,12 +7,12 @@ from __future__ import annotations
 from typing import Any
 
 from worker.api.problems import Reader
-from worker.api.structured import GrammarCheck, checked_schema
+from worker.api.structured import checked_schema
 
 _FORMAT = '{"type": "json_schema", "schema": {...}}'
 
 
-def output_grammar(r: Reader, check: GrammarCheck | None) -> str | None:
+def output_grammar(r: Reader) -> str | None:
     """output_config.format -> the answer's grammar (None: unconstrained)."""
     config = r.body.get("output_config")
     if config is None:
@@ -26,4 +26,4 @@ def output_grammar(r: Reader, check: GrammarCheck | None) -> str | None:
     if not isinstance(spec, dict) or spec.get("type") != "json_schema" or not isinstance(spec.get("schema"), dict):
         r.problem("output_config.format", _FORMAT, f"the format must be {_FORMAT}", spec)
         return None
-    return checked_schema(r, "output_config.format.schema", spec["schema"], check)
+    return checked_schema(r, "output_config.format.schema", spec["schema"])

@@ -16,7 +16,6 @@ from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatR
 from worker.api.images import NO_FETCH, ImageInput, image_from_base64, without_marker
 from worker.api.problems import Reader
 from worker.api.reasoning_budgets import thinking_budget
-from worker.api.structured import GrammarCheck
 from worker.engine import MEDIA_MARKER, SamplingParams
 from worker.fields import ANTHROPIC_SAMPLING
 from worker.settings import MediaSettings
@@ -40,8 +39,7 @@ _SYSTEM, _USER, _RESULT = ("text",), ("text", "image", "tool_result"), ("text",)
 _ASSISTANT = ("text", "tool_use", *_THINKING)
 
 
-def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(),
-                   check_grammar: GrammarCheck | None = None, counting: bool = False,
+def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingParams(), counting: bool = False,
                    thinks: bool = False, loras: int = 0, media: MediaSettings = MediaSettings()) -> ChatRequest:
     """A Messages request over the model's sampling defaults; `counting`: a count_tokens request, which
     generates nothing and so names no max_tokens; `thinks`: the model's replies have reasoning to budget;
@@ -56,7 +54,7 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
         r.problem("metadata", "an object", "metadata must be an object", metadata)
     messages, images = _conversation(r, media)
     max_tokens = r.number("max_tokens", required=not counting, low=1, high=2**31 - 1, integer=True)
-    sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r, check_grammar))
+    sampling = replace(read_sampling(r, ANTHROPIC_SAMPLING, defaults), grammar=output_grammar(r))
     sampling = thinking_budget(r, sampling, max_tokens, thinks)
     stop = r.stop_strings("stop_sequences", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=False)
     stream = r.boolean("stream")
@@ -67,8 +65,8 @@ def parse_messages(body: dict[str, Any], defaults: SamplingParams = SamplingPara
                   "a forced tool use samples under its own grammar: send tool_choice auto, or no output_config.format",
                   r.body.get("tool_choice"))
     r.done()
-    return ChatRequest(model, messages, Generation(max_tokens, sampling, stop, stream, lora=lora), tools=tools,
-                       images=tuple(images))
+    generation = Generation(max_tokens, sampling, stop, stream, lora=lora, grammar_field="output_config.format")
+    return ChatRequest(model, messages, generation, tools=tools, images=tuple(images))
 
 
 def _conversation(r: Reader, media: MediaSettings) -> tuple[list[Message], list[ImageInput]]:

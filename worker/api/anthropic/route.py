@@ -1,6 +1,6 @@
-"""POST /v1/messages and /v1/messages/count_tokens: a Messages request runs as a chat turn
-(worker/api/chat_turn.py), so greedy text, tool calls and reasoning are the chat route's; only the shapes are
-Anthropic's (blocks.py). count_tokens stops where generation would start: at the turn's prompt."""
+"""POST /v1/messages and /v1/messages/count_tokens: a Messages request runs as a chat (worker/api/chat_input.py),
+so greedy text, tool calls and reasoning are the chat route's; only the shapes are Anthropic's (blocks.py).
+count_tokens stops where generation would start: at the prepared request's prompt."""
 
 from __future__ import annotations
 
@@ -13,16 +13,15 @@ from aiohttp import web
 from worker.api import sse
 from worker.api.anthropic.blocks import Blocks
 from worker.api.anthropic.request import parse_messages
-from worker.api.chat_turn import Turn, prepared_turn
 from worker.api.content_feed import feed, unsent
 from worker.api.error_shapes import FAILED_STATUS, anthropic_error
-from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.generation import TrackedHandle, generating, prepare_chat
 from worker.api.generation_fields import ChatRequest
 from worker.api.problems import parse_json_object
 from worker.api.reasoning_budgets import thinks
-from worker.api.request_checks import admitted, served_model
+from worker.api.request_checks import served_model
 from worker.api.state import WORKER
-from worker.engine import Answer, Finished, FinishReason
+from worker.engine import Answer, Finished, FinishReason, Prepared
 
 routes = web.RouteTableDef()
 
@@ -69,34 +68,33 @@ async def _stream(request: web.Request, handle: TrackedHandle, answer: Answer, m
     return response
 
 
-async def _turn(request: web.Request, counting: bool = False) -> tuple[ChatRequest, Turn]:
-    """The request read and run up to its prompt: as /v1/messages would generate from it."""
+async def _prepared(request: web.Request, counting: bool = False) -> tuple[ChatRequest, str, Prepared]:
+    """The request read and made ready up to its prompt, as /v1/messages would generate from it; with the model id
+    the answer names."""
     worker = request.app[WORKER]
     served = worker.require_served()
-    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, served.prompts.grammar_problem,
-                          counting, thinks(served), len(served.facts.loras), worker.settings.media)
-    admitted(worker, chat)
-    return chat, await prepared_turn(served, chat, worker.settings.media)
+    chat = parse_messages(parse_json_object(await request.read()), worker.sampling, counting, thinks(served),
+                          len(served.facts.loras), worker.settings.media)
+    model = served_model(worker, chat.model)
+    return chat, model, await prepare_chat(worker, chat, request["request_id"], model)
 
 
 @routes.post("/v1/messages/count_tokens")
 async def count_tokens(request: web.Request) -> web.Response:
     """The prompt tokens the same request to /v1/messages would have: its input_tokens and cache reads together."""
-    _, turn = await _turn(request, counting=True)
-    return web.json_response({"input_tokens": len(turn.prompt.tokens)})
+    _, _, prepared = await _prepared(request, counting=True)
+    return web.json_response({"input_tokens": prepared.prompt_tokens})
 
 
 @routes.post("/v1/messages")
 async def messages(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
-    chat, turn = await _turn(request)
-    message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant",
-               "model": served_model(worker, chat.model)}
-    choices = engine_requests(worker, turn, request["request_id"], chat.model)
-    answer = turn.answers(chat.generation.stream)
-    async with generating(worker, choices) as (handle,):
+    chat, model, prepared = await _prepared(request)
+    message = {"id": "msg_" + uuid.uuid4().hex, "type": "message", "role": "assistant", "model": model}
+    answer = prepared.answers(chat.generation.stream)
+    async with generating(worker, prepared) as (handle,):
         if chat.generation.stream:
-            return await _stream(request, handle, answer, message, len(turn.prompt.tokens))
+            return await _stream(request, handle, answer, message, prepared.prompt_tokens)
         blocks = Blocks()
         await feed(handle, answer, blocks, unsent, "thinking")
         finished = handle.ended

@@ -1,6 +1,6 @@
 """llama-server's POST /infill: code completion at a cursor, the text before it (input_prefix) and after it
 (input_suffix), other files (input_extra) and the middle's start (prompt), laid out around the model's
-fill-in-the-middle tokens (worker/api/infill_prompt.py). The other fields are a completion's; the answer is
+fill-in-the-middle tokens (worker/engine/serving/infill.py). The other fields are a completion's; the answer is
 llama-server's own completion shape, whole or streamed as its `data:` lines."""
 
 from __future__ import annotations
@@ -11,15 +11,13 @@ from typing import Any
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.chat_turn import Turn
 from worker.api.error_shapes import FAILED_STATUS
-from worker.api.generation import TrackedHandle, engine_requests, generating
-from worker.api.infill_prompt import infill_prompt
+from worker.api.generation import TrackedHandle, generating, generation_input, prepare
 from worker.api.openai.request import CompletionRequest, parse_completion
 from worker.api.problems import InvalidRequest, Reader, parse_json_object
-from worker.api.request_checks import admitted
+from worker.api.request_checks import served_model
 from worker.api.state import WORKER
-from worker.engine import ChatPrompt, ExtraFile, Finished, FinishReason, TokenEvent
+from worker.engine import ExtraFile, Finished, FinishReason, Infill, TokenEvent
 
 routes = web.RouteTableDef()
 
@@ -77,13 +75,13 @@ async def infill(request: web.Request) -> web.StreamResponse:
     served = worker.require_served()
     prefix, suffix, extra, middle, completion = parse_infill(
         parse_json_object(await request.read()),
-        lambda body: parse_completion(body, served.facts.n_vocab, worker.sampling, 1, served.prompts.grammar_problem,
-                                      len(served.facts.loras)))
-    model = admitted(worker, completion)
-    tokens = infill_prompt(served, "input_prefix", prefix, suffix, extra, middle)
-    turn = Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
-    prompt_text = served.prompts.detokenize(tokens).decode("utf-8", errors="replace")
-    async with generating(worker, engine_requests(worker, turn, request["request_id"], model)) as (handle,):
+        lambda body: parse_completion(body, served.facts.n_vocab, worker.sampling, 1, len(served.facts.loras)))
+    model = served_model(worker, completion.model)
+    infill = Infill(prefix, suffix, extra, middle)
+    prepared = await prepare(worker, generation_input(worker, completion.generation, infill, request["request_id"],
+                                                      model, "input_prefix"))
+    prompt_text = served.prompts.detokenize(prepared.requests[0].prompt_tokens).decode("utf-8", errors="replace")
+    async with generating(worker, prepared) as (handle,):
         if not completion.generation.stream:
             texts = [event.text async for event in handle if isinstance(event, TokenEvent)]
             finished = handle.ended

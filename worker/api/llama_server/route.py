@@ -7,7 +7,7 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.api.chat_turn import chat_text
+from worker.api.chat_input import as_chat
 from worker.api.openai.request import parse_chat
 from worker.api.problems import Reader, integral, parse_json_object
 from worker.api.state import WORKER
@@ -80,4 +80,4 @@ async def apply_template(request: web.Request) -> web.Response:
     # The chat route's own parsing, so a conversation renders here exactly when it would run there.
     chat = parse_chat(parse_json_object(await request.read()), served.facts.n_vocab, worker.sampling,
                       intake=worker.intake(served))
-    return web.json_response({"prompt": chat_text(served, chat)})
+    return web.json_response({"prompt": served.chat_text(as_chat(chat))})

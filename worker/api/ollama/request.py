@@ -15,9 +15,10 @@ from worker.api.images import ImageInput, image_from_base64, without_marker
 from worker.api.ollama.options import Options, read_options
 from worker.api.problems import Reader
 from worker.api.reasoning_budgets import EFFORT_BUDGETS
-from worker.api.structured import GrammarCheck, checked_schema
+from worker.api.structured import checked_schema
 from worker.api.tools.request import read_tools
-from worker.engine import MEDIA_MARKER, SamplingParams, object_grammar
+from worker.engine import MEDIA_MARKER, SamplingParams
+from worker.schema_grammar import object_grammar
 from worker.settings import MediaSettings
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -33,7 +34,6 @@ class Model:
 
     n_ctx_seq: int
     defaults: SamplingParams  # the model's sampling defaults (models.toml)
-    check_grammar: GrammarCheck | None
     thinks: bool
     media: MediaSettings
 
@@ -60,12 +60,13 @@ def _common(r: Reader, model: Model) -> tuple[Options, Generation, str | None]:
     """The fields /api/chat and /api/generate share: options, format, think, stream, logprobs, keep_alive. With
     them, the reasoning effort `think` asks for (ChatRequest.reasoning_effort)."""
     options = read_options(r, model.defaults, model.n_ctx_seq)
-    sampling = replace(options.sampling, grammar=_format(r, model.check_grammar))
+    sampling = replace(options.sampling, grammar=_format(r))
     sampling, effort = _think(r, sampling, model.thinks)
     stream = r.boolean("stream", True)
     logprobs = _logprobs(r)
     keep_alive(r)
-    return options, Generation(options.max_tokens, sampling, options.stop, stream, logprobs=logprobs), effort
+    return options, Generation(options.max_tokens, sampling, options.stop, stream, logprobs=logprobs,
+                                 grammar_field="format"), effort
 
 
 def keep_alive(r: Reader) -> None:
@@ -78,7 +79,7 @@ def keep_alive(r: Reader) -> None:
                   "a number of seconds", value)
 
 
-def _format(r: Reader, check: GrammarCheck | None) -> str | None:
+def _format(r: Reader) -> str | None:
     """format: "json" (any JSON object), a JSON schema, or "" / null for free text."""
     value = r.body.get("format")
     if value in (None, ""):
@@ -86,7 +87,7 @@ def _format(r: Reader, check: GrammarCheck | None) -> str | None:
     if value == "json":
         return object_grammar()
     if isinstance(value, dict):
-        return checked_schema(r, "format", value, check)
+        return checked_schema(r, "format", value)
     r.problem("format", "\"json\" or a JSON schema", "format must be \"json\" or a JSON schema object", value)
     return None
 

@@ -1,4 +1,4 @@
-"""POST /api/chat and /api/generate: an Ollama request runs as a chat turn (worker/api/chat_turn.py), or a raw
+"""POST /api/chat and /api/generate: an Ollama request runs as a chat (worker/api/chat_input.py), or a raw
 prompt as a completion does, so greedy text, tool calls and reasoning are the other routes'; only the shapes are
 Ollama's (reply.py). Streamed as NDJSON unless the request sends stream: false."""
 
@@ -11,48 +11,33 @@ from typing import Any
 
 from aiohttp import web
 
-from worker.api.chat_turn import Turn, prepared_turn
+from worker.api.chat_input import as_chat, chat_images
 from worker.api.error_shapes import FAILED_STATUS
-from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.generation import TrackedHandle, generating, generation_input, prepare
 from worker.api.ollama.reply import DONE_REASONS, Reply, open_ndjson, send_line
 from worker.api.ollama.request import Model, OllamaRequest, parse_chat, parse_generate
-from worker.api.problems import InvalidRequest, Problem, parse_json_object
+from worker.api.problems import parse_json_object
 from worker.api.reasoning_budgets import thinks
-from worker.api.request_checks import admitted
+from worker.api.request_checks import served_model
 from worker.api.state import WORKER, WorkerState
-from worker.engine import Answer, ChatPrompt, FinishReason, TokenEvent
+from worker.engine import Answer, FinishReason, Prepared, TokenEvent
 
 routes = web.RouteTableDef()
 
 
 def request_model(worker: WorkerState) -> Model:
     served = worker.require_served()
-    return Model(served.facts.n_ctx_seq, worker.sampling, served.prompts.grammar_problem, thinks(served),
-                 worker.settings.media)
+    return Model(served.facts.n_ctx_seq, worker.sampling, thinks(served), worker.settings.media)
 
 
-async def _turn(worker: WorkerState, parsed: OllamaRequest) -> Turn:
-    served = worker.require_served()
-    if parsed.raw:
-        tokens = served.prompts.tokenize(parsed.chat.messages[-1]["content"])
-        turn = Turn(ChatPrompt(tokens, reasoning=None), parsed.chat.generation)
-    else:
-        turn = await prepared_turn(served, parsed.chat, worker.settings.media)
-    return _within_num_ctx(turn, parsed.num_ctx)
-
-
-def _within_num_ctx(turn: Turn, num_ctx: int | None) -> Turn:
-    """options.num_ctx bounds prompt and answer together, as Ollama's context does; the prompt is never cut."""
-    if num_ctx is None:
-        return turn
-    prompt = len(turn.prompt.tokens)
-    if prompt >= num_ctx:
-        raise InvalidRequest([Problem("options.num_ctx", "prompt tokens < num_ctx", f"the prompt has {prompt} "
-                                      f"tokens and options.num_ctx is {num_ctx}: no room is left for an answer; send "
-                                      "a larger num_ctx (or none), or a shorter prompt", num_ctx)],
-                             "context_length_exceeded")
-    asked = turn.generation.max_tokens
-    return replace(turn, generation=replace(turn.generation, max_tokens=min(asked or num_ctx, num_ctx - prompt)))
+async def _prepared(worker: WorkerState, parsed: OllamaRequest, request_id: str, model: str) -> Prepared:
+    """A chat, or with raw the prompt's text as sent; options.num_ctx bounds prompt and answer together, as
+    Ollama's context does (the prompt is never cut)."""
+    chat = parsed.chat
+    prompt = chat.messages[-1]["content"] if parsed.raw else as_chat(chat)
+    images = () if parsed.raw else await chat_images(chat, worker.settings.media)
+    given = generation_input(worker, chat.generation, prompt, request_id, model, chat.prompt_field, images)
+    return await prepare(worker, replace(given, context_limit=parsed.num_ctx, context_limit_field="options.num_ctx"))
 
 
 async def _answer(request: web.Request, handle: TrackedHandle, answer: Answer, reply: Reply, stream: bool,
@@ -90,16 +75,15 @@ def _generation_route(path: str, parse: Callable[[dict[str, Any], Model], Ollama
         started = time.monotonic()
         worker = request.app[WORKER]
         parsed = parse(parse_json_object(await request.read()), request_model(worker))
-        model = admitted(worker, parsed.chat)
+        model = served_model(worker, parsed.chat.model)
         name = parsed.chat.model or model
         generation = parsed.chat.generation
         reply = Reply(name, chat, generation.logprobs)
         if parsed.loads_only:
             return web.json_response(reply.loaded())
-        turn = await _turn(worker, parsed)
-        choices = engine_requests(worker, turn, request["request_id"], model)
-        async with generating(worker, choices) as (handle,):
-            return await _answer(request, handle, turn.answers(generation.stream), reply, generation.stream,
+        prepared = await _prepared(worker, parsed, request["request_id"], model)
+        async with generating(worker, prepared) as (handle,):
+            return await _answer(request, handle, prepared.answers(generation.stream), reply, generation.stream,
                                  started)
 
     routes.post(path)(handler)

@@ -22,7 +22,7 @@ from worker.api.generation_fields import (
 from worker.api.images import ImageInput, ImageLink, MediaIntake, image_from_url, without_marker
 from worker.api.problems import Reader, integral
 from worker.api.reasoning_budgets import effort_budget
-from worker.api.structured import GrammarCheck, openai_grammar
+from worker.api.structured import openai_grammar
 from worker.api.tools.request import history_fields, read_tools
 from worker.engine import MEDIA_MARKER, SamplingParams
 from worker.fields import OPENAI_SAMPLING
@@ -55,8 +55,8 @@ def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingP
     return replace(read_sampling(r, OPENAI_SAMPLING, base), logit_bias=_logit_bias(r, n_vocab))
 
 
-def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int,
-                       check_grammar: GrammarCheck | None, loras: int, least_tokens: int = 1) -> Generation:
+def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int, loras: int,
+                       least_tokens: int = 1) -> Generation:
     """`loras`: the worker's LoRA adapters; `least_tokens`: the smallest max_tokens (completions take 0: the prompt
     alone, scored or cached)."""
     for name, why in _UNSUPPORTED.items():
@@ -69,7 +69,7 @@ def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choice
     max_tokens = r.number("max_completion_tokens", None, low=least_tokens, high=2**31 - 1, integer=True,
                           nullable=True)
     max_tokens = r.number("max_tokens", max_tokens, low=least_tokens, high=2**31 - 1, integer=True, nullable=True)
-    sampling = replace(_openai_sampling(r, n_vocab, base), grammar=openai_grammar(r, check_grammar))
+    sampling = replace(_openai_sampling(r, n_vocab, base), grammar=openai_grammar(r))
     stream = r.boolean("stream")
     options = r.body.get("stream_options")
     if options is not None and not isinstance(options, dict):
@@ -79,7 +79,10 @@ def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choice
     include_usage = nested.boolean("include_usage")
     r.problems += [replace(p, field=f"stream_options.{p.field}") for p in nested.problems]
     stop = r.stop_strings("stop", max_items=MAX_STOP_STRINGS, max_bytes=MAX_STOP_BYTES, allow_single=True)
-    return Generation(max_tokens, sampling, stop, stream, include_usage, n, lora=read_lora(r, loras))
+    # the field that gave the grammar, named where the model's vocabulary refuses it
+    grammar_field = "grammar" if r.body.get("grammar") else "response_format"
+    return Generation(max_tokens, sampling, stop, stream, include_usage, n, lora=read_lora(r, loras),
+                      grammar_field=grammar_field)
 
 
 def _chat_logprobs(r: Reader) -> int | None:
@@ -160,8 +163,7 @@ def _content(r: Reader, index: int, content: Any, images: list[ImageInput | Imag
 
 
 def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
-               max_choices: int = 1, check_grammar: GrammarCheck | None = None, loras: int = 0,
-               intake: MediaIntake = MediaIntake()) -> ChatRequest:
+               max_choices: int = 1, loras: int = 0, intake: MediaIntake = MediaIntake()) -> ChatRequest:
     """`loras`: how many LoRA adapters the worker has (a `lora` list names them by id); `intake`: what images may be
     and where from, and what the model takes."""
     r = Reader(body)
@@ -190,7 +192,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
                 messages.append({"role": role, "content": content, **tool_fields,
                                  **earlier_reasoning(r, f"messages[{i}]", message)})
         check_ending(r, messages)
-    generation = _openai_generation(r, n_vocab, defaults, max_choices, check_grammar, loras)
+    generation = _openai_generation(r, n_vocab, defaults, max_choices, loras)
     generation = replace(generation, logprobs=_chat_logprobs(r), sampling=effort_budget(r, generation.sampling))
     tools = read_tools(r)
     if tools is not None and tools.forced and generation.sampling.grammar is not None:
@@ -208,8 +210,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
 
 
 def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = SamplingParams(),
-                     max_choices: int = 1, check_grammar: GrammarCheck | None = None,
-                     loras: int = 0) -> CompletionRequest:
+                     max_choices: int = 1, loras: int = 0) -> CompletionRequest:
     r = Reader(body)
     model = r.string("model")
     prompt = _prompt(r, n_vocab)
@@ -218,7 +219,7 @@ def parse_completion(body: dict[str, Any], n_vocab: int, defaults: SamplingParam
             r.problem(name, "not on completions", f"{name} bounds a chat turn's thinking: a completion's prompt has "
                       "no reasoning split: send it to /v1/chat/completions, /v1/responses or /v1/messages",
                       r.body[name])
-    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, check_grammar, loras,
+    generation = _completion_extras(r, _openai_generation(r, n_vocab, defaults, max_choices, loras,
                                                           least_tokens=0))
     suffix = _suffix(r, prompt, generation)
     r.done()

@@ -12,28 +12,27 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.chat_turn import Turn, prepared_turn
 from worker.api.error_shapes import FAILED_STATUS, OPENAI_FAILURE_CODES
-from worker.api.generation import TrackedHandle, engine_requests, generating, merged
-from worker.api.generation_fields import ChatRequest
-from worker.api.infill_prompt import infill_prompt
+from worker.api.generation import TrackedHandle, generating, generation_input, merged, prepare, prepare_chat
+from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.openai.logprobs import CompletionLogprobs, chat_logprobs, joined
 from worker.api.openai.request import CompletionRequest, parse_chat, parse_completion
 from worker.api.problems import parse_json_object
-from worker.api.request_checks import admitted
+from worker.api.request_checks import served_model
 from worker.api.state import WORKER, WorkerState
 from worker.engine import (
     Answer,
-    ChatPrompt,
     Finished,
     FinishReason,
+    Infill,
+    Prepared,
+    Prompt,
     PromptLogprobs,
     Release,
     TokenEvent,
     TokenLogprob,
     ToolCall,
 )
-from worker.settings import MediaSettings
 
 if TYPE_CHECKING:
     from worker.engine import ServedModel
@@ -150,18 +149,17 @@ async def _send_release(response: web.StreamResponse, chunk: dict[str, Any], sha
             await sse.send(response, {**chunk, "choices": [shape.delta(index, "", "", None, None, part)]})
 
 
-async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str, turn: Turn,
-                   echo: str) -> web.StreamResponse:
+async def _respond(request: web.Request, worker: WorkerState, shape: Shape, model: str, generation: Generation,
+                   prepared: Prepared, echo: str) -> web.StreamResponse:
     """`model`: the served model or LoRA adapter the request named; `echo`: text that leads every choice (a
     completion's prompt, when asked for)."""
     header = {"id": shape.id_prefix + uuid.uuid4().hex, "created": int(time.time()), "model": model}
-    generation = turn.generation
-    choices = engine_requests(worker, turn, request["request_id"], model)
+    choices = prepared.requests
     wants_logprobs = generation.logprobs is not None
     # An echoed prompt that is scored: its logprobs lead the choice's (completions only; echo has n == 1).
     scorer = CompletionLogprobs(0) if generation.scores_prompt else None
     formats = [scorer.format if scorer else shape.logprobs(len(echo)) for _ in choices]
-    answers = [turn.answers(generation.stream) for _ in choices]
+    answers = [prepared.answers(generation.stream) for _ in choices]
 
     def whole_logprobs(index: int, entries: tuple[TokenLogprob, ...], scored: PromptLogprobs | None) -> dict | None:
         if not wants_logprobs:
@@ -173,7 +171,7 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
         answer = formats[index](entries)
         return joined(leading, answer) if leading else answer
 
-    async with generating(worker, choices) as handles:
+    async with generating(worker, prepared) as handles:
         if not generation.stream:
             outputs = await asyncio.gather(*(_collect(handle) for handle in handles))
             finished = [handle.ended for handle in handles]
@@ -219,46 +217,44 @@ async def _respond(request: web.Request, worker: WorkerState, shape: Shape, mode
 
 
 def _generation_route(path: str, parse: Callable[[dict[str, Any], WorkerState, ServedModel], Any], shape: Shape,
-                      prepare: Callable[[ServedModel, Any, MediaSettings], Awaitable[Turn]]) -> None:
-    """Chat and completions differ only in how they parse, prepare (prompt, tools) and shape; the rest is shared."""
+                      prepared: Callable[[WorkerState, Any, str, str], Awaitable[Prepared]]) -> None:
+    """Chat and completions differ only in how they parse, what their prompt is and how they shape the answer; the
+    rest is shared."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         worker = request.app[WORKER]
         served = worker.require_served()
         parsed = parse(parse_json_object(await request.read()), worker, served)
-        model = admitted(worker, parsed)
-        turn = await prepare(served, parsed, worker.settings.media)
+        model = served_model(worker, parsed.model)
+        ready = await prepared(worker, parsed, request["request_id"], model)
         echo = _echo(served, parsed) if parsed.generation.echo else ""
-        return await _respond(request, worker, shape, model, turn, echo)
+        return await _respond(request, worker, shape, model, parsed.generation, ready, echo)
 
     routes.post(path)(handler)
 
 
 def _options(worker: WorkerState, served: ServedModel) -> dict[str, Any]:
-    """What both parsers are told of the worker: its slots, its grammar check, its adapters."""
-    return {"max_choices": worker.settings.engine.parallel, "check_grammar": served.prompts.grammar_problem,
-            "loras": len(served.facts.loras)}
+    """What both parsers are told of the worker: its slots and its adapters."""
+    return {"max_choices": worker.settings.engine.parallel, "loras": len(served.facts.loras)}
 
 
-def _chat(body: dict[str, Any], worker: WorkerState, served: ServedModel) -> ChatRequest:
+def _read_chat(body: dict[str, Any], worker: WorkerState, served: ServedModel) -> ChatRequest:
     return parse_chat(body, served.facts.n_vocab, worker.sampling, **_options(worker, served),
                       intake=worker.intake(served))
 
 
-def _completion(body: dict[str, Any], worker: WorkerState, served: ServedModel) -> CompletionRequest:
+def _read_completion(body: dict[str, Any], worker: WorkerState, served: ServedModel) -> CompletionRequest:
     return parse_completion(body, served.facts.n_vocab, worker.sampling, **_options(worker, served))
 
 
-async def _completion_turn(served: ServedModel, completion: CompletionRequest, _media: MediaSettings) -> Turn:
-    """A completion's prompt is text or token ids, or with a suffix a fill-in-the-middle prompt: no images, so
-    `_media` has nothing to read."""
+async def _completion(worker: WorkerState, completion: CompletionRequest, request_id: str, model: str) -> Prepared:
+    """A completion's prompt is text or token ids, or with a suffix a fill-in-the-middle prompt."""
     prompt = completion.prompt
+    given: Prompt = prompt if isinstance(prompt, str) else tuple(prompt)
     if completion.suffix is not None:
         assert isinstance(prompt, str)  # parse_completion refuses token ids beside a suffix
-        tokens = infill_prompt(served, "suffix", prompt, completion.suffix)
-    else:
-        tokens = prompt if isinstance(prompt, list) else served.prompts.tokenize(prompt)
-    return Turn(ChatPrompt(tokens, reasoning=None), completion.generation)
+        given = Infill(prompt, completion.suffix, field="suffix")
+    return await prepare(worker, generation_input(worker, completion.generation, given, request_id, model, "prompt"))
 
 
 def _echo(served: ServedModel, completion: CompletionRequest) -> str:
@@ -267,8 +263,8 @@ def _echo(served: ServedModel, completion: CompletionRequest) -> str:
     return prompt if isinstance(prompt, str) else served.prompts.detokenize(prompt).decode("utf-8", errors="replace")
 
 
-_generation_route("/v1/chat/completions", _chat, CHAT, prepared_turn)
-_generation_route("/v1/completions", _completion, COMPLETION, _completion_turn)
+_generation_route("/v1/chat/completions", _read_chat, CHAT, prepare_chat)
+_generation_route("/v1/completions", _read_completion, COMPLETION, _completion)
 
 
 @routes.get("/v1/models")

@@ -5,13 +5,12 @@ from __future__ import annotations
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.chat_turn import Turn
 from worker.api.error_shapes import RETRY_AFTER_S, queue_full
-from worker.api.generation import engine_requests, generating
+from worker.api.generation import generating, generation_input, prepare
 from worker.api.orch.request import ExecuteRequest, parse_execute
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.state import WORKER, Phase, WorkerState
-from worker.engine import ChatPrompt, Finished, FinishReason, QueueFull, TokenEvent
+from worker.engine import Finished, FinishReason, QueueFull, TokenEvent
 from worker.timefmt import utc_now
 
 routes = web.RouteTableDef()
@@ -83,9 +82,9 @@ def _end_events(finished: Finished, vram: int) -> list[dict]:
 
 
 async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteRequest) -> web.StreamResponse:
-    tokens = worker.require_served().prompts.tokenize(job.prompt)
-    choices = engine_requests(worker, Turn(ChatPrompt(tokens, reasoning=None), job.generation), request["request_id"])
-    async with generating(worker, choices) as (handle,):
+    prepared = await prepare(worker, generation_input(worker, job.generation, job.prompt, request["request_id"], None,
+                                                      "prompt"))
+    async with generating(worker, prepared) as (handle,):
         worker.jobs[job.job_id] = handle.cancel
         try:
             stream = await sse.open_stream(request)
@@ -108,8 +107,8 @@ async def _stream_job(request: web.Request, worker: WorkerState, job: ExecuteReq
 @routes.post("/v1/inference")
 async def execute(request: web.Request) -> web.StreamResponse:
     worker = request.app[WORKER]
-    served = worker.require_served()
-    job = parse_execute(parse_json_object(await request.read()), worker.sampling, served.prompts.grammar_problem)
+    worker.require_served()
+    job = parse_execute(parse_json_object(await request.read()), worker.sampling)
     if job.job_id in worker.jobs:
         raise InvalidRequest([Problem("job_id", "unique among running jobs", f"job {job.job_id!r} is already running",
                                       job.job_id)])

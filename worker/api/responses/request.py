@@ -13,7 +13,6 @@ from worker.api.images import MediaIntake
 from worker.api.openai.request import parse_chat
 from worker.api.problems import InvalidRequest, Reader
 from worker.api.responses.store import Message, ResponseStore
-from worker.api.structured import GrammarCheck
 from worker.engine import SamplingParams
 from worker.fields import OPENAI_SAMPLING
 
@@ -45,7 +44,7 @@ class ResponsesRequest:
 # -> response_format), read by the chat route's own parser, so what a request may ask and gets is the chat route's.
 # That parser's problems are renamed back to the fields the client sent.
 def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams, max_choices: int,
-                    check_grammar: GrammarCheck | None, store: ResponseStore, loras: int = 0,
+                    store: ResponseStore, loras: int = 0,
                     intake: MediaIntake = MediaIntake()) -> ResponsesRequest:
     r = Reader(body)
     for name, why in _UNSUPPORTED.items():
@@ -76,14 +75,16 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
         **_effort(r, body.get("reasoning")),
     }
     try:
-        chat = parse_chat(chat_body, n_vocab, defaults, max_choices, check_grammar, loras, intake)
+        chat = parse_chat(chat_body, n_vocab, defaults, max_choices, loras, intake)
     except InvalidRequest as refused:
         r.problems += [replace(p, field=renamed(p.field), message=renamed(p.message)) for p in refused.problems]
         chat = None
     r.done()
     assert chat is not None  # else r.done() raised, with the chat's problems
     # an image read later (a URL's) names its Responses field in its problems
-    chat = replace(chat, images=tuple(replace(image, field=renamed(image.field)) for image in chat.images))
+    chat = replace(chat, images=tuple(replace(image, field=renamed(image.field)) for image in chat.images),
+                   generation=replace(chat.generation, grammar_field=renamed(chat.generation.grammar_field)),
+                   prompt_field="input")
     echoed = {"instructions": instructions, "previous_response_id": body.get("previous_response_id"),
               "metadata": metadata or {}, "max_output_tokens": body.get("max_output_tokens"),
               "tools": body.get("tools") or [], "tool_choice": body.get("tool_choice") or "auto",

@@ -1,5 +1,5 @@
-"""POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API run as the chat route runs a turn
-(worker/api/chat_turn.py), so text, calls and reasoning are the chat route's; only the shapes are its own (items.py).
+"""POST /v1/responses, GET and DELETE /v1/responses/{id}: OpenAI's Responses API run as the chat route runs a chat
+(worker/api/chat_input.py), so text, calls and reasoning are the chat route's; only the shapes are its own (items.py).
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import structlog
 from aiohttp import web
 
 from worker.api import sse
-from worker.api.chat_turn import prepared_turn
 from worker.api.content_feed import ENDED, feed, unsent
 from worker.api.error_shapes import FAILED_STATUS, OPENAI_FAILURE_CODES, Failure, openai_body
-from worker.api.generation import TrackedHandle, engine_requests, generating
+from worker.api.generation import TrackedHandle, generating, prepare_chat
 from worker.api.problems import Problem, parse_json_object
-from worker.api.request_checks import admitted
+from worker.api.request_checks import served_model
 from worker.api.responses.items import Event, OutputItems
 from worker.api.responses.request import ResponsesRequest, parse_responses
 from worker.api.responses.store import Message, ResponseStore, Stored
@@ -97,17 +96,16 @@ async def create(request: web.Request) -> web.StreamResponse:
     served = worker.require_served()
     store = request.app[RESPONSES]
     parsed = parse_responses(parse_json_object(await request.read()), served.facts.n_vocab, worker.sampling,
-                             worker.settings.engine.parallel, served.prompts.grammar_problem, store,
-                             len(served.facts.loras), worker.intake(served))
+                             worker.settings.engine.parallel, store, len(served.facts.loras),
+                             worker.intake(served))
     chat = parsed.chat
-    model = admitted(worker, chat)
-    turn = await prepared_turn(served, chat, worker.settings.media)
+    model = served_model(worker, chat.model)
+    prepared = await prepare_chat(worker, chat, request["request_id"], model)
     response = {"id": "resp_" + uuid.uuid4().hex, "object": "response", "created_at": int(time.time()),
                 "status": "in_progress", "model": model, "output": [], "error": None,
                 "incomplete_details": None, "usage": None, **parsed.echoed}
-    choices = engine_requests(worker, turn, request["request_id"], chat.model)
-    answer = turn.answers(parsed.stream)
-    async with generating(worker, choices) as (handle,):
+    answer = prepared.answers(parsed.stream)
+    async with generating(worker, prepared) as (handle,):
         if parsed.stream:
             return await _stream(request, handle, answer, response, parsed)
         items = OutputItems()

@@ -79,7 +79,7 @@ def check_forced(r: Reader, tools: Tools, schema_fields: dict[str, str]) -> None
     if not tools.forced:
         return
     for function in tools.callable:
-        schema_problems(r, schema_fields[function.name], function.parameters, None)
+        schema_problems(r, schema_fields[function.name], function.parameters)
 
 
 def _function(r: Reader, field: str, tool: Any) -> Function | None:

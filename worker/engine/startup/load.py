@@ -17,6 +17,7 @@ from worker.engine.modes import CacheMode, SpecType
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.serving.facts import ModelFacts
+from worker.engine.serving.input_processor import InputProcessor
 from worker.engine.serving.pooled_outputs import PooledOutputs
 from worker.engine.serving.prompts import Prompts
 from worker.engine.serving.saved_cells import MOVED_CELLS_INEXACT, SavedCells
@@ -60,7 +61,7 @@ def load_model(path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop
         cells.open_kv_dir(config.kv_dir, config.kv_dir_mib * MIB)
     facts = ModelFacts(model.n_ctx_seq, model.n_vocab, config.parallel, model.size_bytes, model.device_bytes,
                        config.lora, exactness_report(engine, numerics), path, model.n_params, model.metadata())
-    served = ServedModel(engine, prompts, pooled, cells, facts)
+    served = ServedModel(engine, prompts, pooled, cells, facts, InputProcessor(prompts, facts))
     _say_loaded(served, numerics, path, chat_template)
     return served
 
