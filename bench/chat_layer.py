@@ -94,7 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         "2 % on a 2k-token chat's first token.", "",
         machine_line(cfg, env), f"- llm-worker --parallel 1 --cache-ram 0 --spec-type none; median of {ROUNDS} "
         "rounds, the two routes alternated, each prompt new", "",
-        f"| a {prompt_tokens}-token chat, max_tokens 1 | ms to the first token (the render: its answer) |", "|---|---:|",
+        f"| a {prompt_tokens}-token chat, max_tokens 1 | ms to the first token (the render: its answer) |",
+        "|---|---:|",
         f"| {CHAT}: rendered by llama.cpp's chat layer, read by its parser | {ttft[CHAT]:.1f} |",
         f"| {TEXT}: the same prompt's text | {ttft[TEXT]:.1f} |",
         f"| {RENDER} on the same chat: the chat layer's render alone, HTTP included | {ttft[RENDER]:.1f} |", "",

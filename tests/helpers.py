@@ -118,10 +118,11 @@ def counts_its_input(client: anthropic.Anthropic, model: str, **extra: object) -
     messages = [{"role": "user", "content": "Tell me about owls, in one line."},
                 {"role": "assistant", "content": "Owls"}]  # a prefill is part of the input too
     counted = client.messages.count_tokens(model=model, messages=messages, **extra)
-    answer = client.messages.create(model=model, messages=messages, max_tokens=4, **extra, temperature=0)
+    greedy = {"extra_body": {"temperature": 0}}
+    answer = client.messages.create(model=model, messages=messages, max_tokens=4, **extra, **greedy)
     usage = answer.usage
     assert counted.input_tokens > 10
     assert counted.input_tokens == usage.input_tokens + usage.cache_read_input_tokens
-    with client.messages.stream(model=model, messages=messages, max_tokens=4, **extra, temperature=0) as stream:
+    with client.messages.stream(model=model, messages=messages, max_tokens=4, **extra, **greedy) as stream:
         started = next(event for event in stream if event.type == "message_start")
         assert started.message.usage.input_tokens == counted.input_tokens
