@@ -4,7 +4,8 @@
 For each template in the vendored models/templates/, llm-worker serves the default model with it (a models.toml entry's
 chat_template) and llama-server the same GGUF with `--chat-template-file` (its Jinja engine, as it runs by default);
 both are asked for /apply-template on the same requests: a system prompt and a question; the question with a tool
-offered; and a whole tool round (the question, the assistant's call, the tool's result) with the tool offered. A
+offered; a whole tool round (the question, the assistant's call, the tool's result) with the tool offered; the
+question with thinking turned off (chat_template_kwargs) and with a reasoning effort. A
 template matches where every request gets the same prompt from both, or is refused by both. Target (issue #81): at
 least 95 % of the templates; docs/models.md lists the rest with why. Run: .venv/bin/python bench/run.py templates
 [--publish]   (bench/TEMPLATES.md)
@@ -30,6 +31,8 @@ REQUESTS = {
     "chat": {"messages": [SYSTEM, USER]},
     "tools": {"messages": [USER], "tools": [TOOL]},
     "tool round": {"messages": [USER, CALL, RESULT], "tools": [TOOL]},
+    "thinking off": {"messages": [USER], "chat_template_kwargs": {"enable_thinking": False}},
+    "reasoning effort": {"messages": [USER], "reasoning_effort": "low"},
 }
 
 
@@ -62,9 +65,9 @@ def compare(name: str, model: Path, llama_server: Path, work: Path) -> tuple[boo
     models = work / "models.toml"
     models.write_text(f"[models.t]\nchat_template = {json.dumps(source.read_text())}\n"
                       f'[models.t.source]\nkind = "path"\npath = "{model}"\n')
-    exe = REPO_DIR / ".venv" / "bin" / "llm-worker"
-    ours = served([str(exe), "serve", "--model", "t", "--models-file", str(models), "--host", "127.0.0.1",
-                   "--port", str(free_port()), "--parallel", "1", "--ctx-size", "2048", "--log-level", "warning"],
+    ours = served([sys.executable, "-m", "worker", "serve", "--model", "t", "--models-file", str(models),
+                   "--host", "127.0.0.1", "--port", str(free_port()), "--parallel", "1", "--ctx-size", "2048",
+                   "--log-level", "warning"],
                   "/health", work / "worker.log")
     theirs = served([str(llama_server), "-m", str(model), "--chat-template-file", str(source), "--jinja",
                      "--host", "127.0.0.1", "--port", str(free_port()), "-np", "1", "-c", "2048", "--no-webui"],
@@ -110,7 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         "`.venv/bin/python bench/run.py templates --publish` (bench/templates.py): every template in llama.cpp's "
         "models/templates/, served by llm-worker (models.toml chat_template) and by llama-server built from the same "
         "source (`--chat-template-file --jinja`), both asked for /apply-template on a chat with a system prompt, a "
-        "question with a tool offered, and a whole tool round. Target (issue #81): the same bytes on at least 95 %.",
+        "question with a tool offered, a whole tool round, the question with thinking off and with a reasoning effort. "
+        "Target (issue #81): the same bytes on at least 95 %.",
         "", f"**{matched} of {len(names)}** templates ({100 * matched / len(names):.0f} %) give the same prompt on "
         "every request (or are refused by both).", "",
         *(["| template | first difference |", "|---|---|", *rows, ""] if rows else [])])

@@ -26,9 +26,10 @@ def test_serving_loads_llama_cpp_only_once_the_library_is_chosen(model_path):
         "import sys\n"
         "from pathlib import Path\n"
         "import worker.lifecycle.run\n"
+        "import worker.api.app\n"  # every route, and the engine's names each imports
         "from worker.cli import main\n"
-        "from worker.engine import CacheMode, ChatPrompt, EngineConfig, QueueFull, SamplingParams, SchedulerStats\n"
-        "from worker.engine.exactness.build_choice import choose_library\n"
+        "from worker.engine import GenerationInput, Prepared, QueueFull, Refused, SamplingParams, SchedulerStats\n"
+        "from worker.engine.host import CacheMode, EngineConfig, choose_library\n"
         f"choose_library(Path({str(model_path)!r}), EngineConfig())\n"
         "print('llama_cpp' in sys.modules)"
     )

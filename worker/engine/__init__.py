@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.inputs import GenerationInput as GenerationInput
     from worker.engine.inputs import Image as Image
     from worker.engine.inputs import Infill as Infill
+    from worker.engine.inputs import Prepared as Prepared
     from worker.engine.inputs import Prompt as Prompt
     from worker.engine.kv.cell_file import UnusableFile as UnusableFile
     from worker.engine.media import MEDIA_MARKER as MEDIA_MARKER
@@ -46,7 +47,6 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.requests import SamplingParams as SamplingParams
     from worker.engine.requests import TokenEvent as TokenEvent
     from worker.engine.requests import TokenLogprob as TokenLogprob
-    from worker.engine.serving.input_processor import Prepared as Prepared
     from worker.engine.serving.saved_cells import SlotFile as SlotFile
     from worker.engine.serving.served_model import ServedModel as ServedModel
 
@@ -54,7 +54,7 @@ __getattr__ = exports(__name__, {
     # the loaded model, a request's input and the engine's requests prepared of it
     "ServedModel": "serving.served_model", "GenerationInput": "inputs", "Prompt": "inputs", "Chat": "requests",
     "Infill": "inputs", "ExtraFile": "requests", "Image": "inputs", "MEDIA_MARKER": "media",
-    "SamplingParams": "requests", "AdapterSet": "requests", "Lora": "config", "Prepared": "serving.input_processor",
+    "SamplingParams": "requests", "AdapterSet": "requests", "Lora": "config", "Prepared": "inputs",
     # what a submitted request gives back: its handle, its events, its answer read in the chat's format
     "RequestHandle": "handle", "Event": "requests", "TokenEvent": "requests", "TokenLogprob": "requests",
     "PromptLogprobs": "requests", "Finished": "requests", "FinishReason": "requests",

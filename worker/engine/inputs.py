@@ -1,13 +1,15 @@
 """What a dialect reads a generation request into, in the engine's terms, before anything is tokenized: the prompt
-(a chat, a fill-in-the-middle, text or token ids), the images a chat holds, the sampling and the rest of a request.
-ServedModel.prepare (serving/input_processor.py) makes the engine's requests of it, as vLLM's input processor and
-llama-server's params_from_json do: plain data."""
+(a chat, a fill-in-the-middle, text or token ids), the images a chat holds, the sampling and the rest of a request;
+and what ServedModel.prepare (serving/input_processor.py) makes of it, as vLLM's input processor and llama-server's
+params_from_json do: the engine's requests and the answers' reader. Plain data, free of llama_cpp: the HTTP routes
+import it at startup."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from worker.engine.requests import NO_ADAPTERS, AdapterSet, Chat, ExtraFile, SamplingParams
+from worker.engine.answer import Answers, PlainText
+from worker.engine.requests import NO_ADAPTERS, AdapterSet, Chat, ExtraFile, Request, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -55,3 +57,15 @@ class GenerationInput:
     # and its field: the answer gets what the prompt leaves of it, and a prompt that leaves nothing is refused.
     context_limit: int | None = None
     context_limit_field: str = ""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A request made ready: the engine's requests, one per choice (one prompt), and the reader of each answer."""
+
+    requests: list[Request]
+    answers: Answers = PlainText
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.requests[0].prompt_tokens)

@@ -22,7 +22,9 @@ class ChatTemplate:
         self._templates = templates
         self.template_kwargs = template_kwargs
         self.reasoning_format = reasoning_format
-        self.thinks = self._templates is not None and self.render(_PROBE).supports_thinking
+        # Asked with thinking on, as llama.cpp's common_chat_templates_support_enable_thinking asks.
+        self.thinks = self._templates is not None and self._templates.apply(
+            self._inputs(_PROBE, True, True, thinking=True)).supports_thinking
 
     @classmethod
     def of(cls, model: LlamaModel, source: str | None, template_kwargs: dict[str, Any],
@@ -59,12 +61,14 @@ class ChatTemplate:
             raise NoChatTemplate(
                 "this model's GGUF has no chat template (tokenizer.chat_template); give one in its models.toml entry "
                 "(chat_template), or use /v1/completions with a prompt you format yourself")
-        return self._templates.apply(self._inputs(chat, generation_prompt, tools))
+        return self._templates.apply(self._inputs(chat, generation_prompt, tools, self.thinks))
 
-    def _inputs(self, chat: Chat, generation_prompt: bool, tools: bool) -> dict[str, Any]:
-        """The chat in chat_abi.cpp's terms (llama-server's oaicompat_chat_params_parse, from its request body)."""
+    def _inputs(self, chat: Chat, generation_prompt: bool, tools: bool, thinking: bool) -> dict[str, Any]:
+        """The chat in chat_abi.cpp's terms (llama-server's oaicompat_chat_params_parse, from its request body).
+        `thinking`: whether a chat that does not say thinks, as llama-server's default is: on where the template
+        thinks."""
         kwargs = {**self.template_kwargs, **chat.template_kwargs}
-        enable_thinking = kwargs.get("enable_thinking", True) is not False
+        enable_thinking = kwargs["enable_thinking"] is not False if "enable_thinking" in kwargs else thinking
         if chat.reasoning_effort == "none":  # OpenAI's "none": no reasoning at all
             enable_thinking = False
             kwargs.pop("reasoning_effort", None)

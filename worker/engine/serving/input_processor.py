@@ -18,7 +18,7 @@ import structlog
 from worker.engine.answer import Answers, PlainText
 from worker.engine.constraints.grammar import grammar_problem
 from worker.engine.errors import ContextLengthExceeded, EmptyPrompt, ImageUnreadable, NoInfill, Refused
-from worker.engine.inputs import GenerationInput, Image, Infill
+from worker.engine.inputs import GenerationInput, Image, Infill, Prepared
 from worker.engine.native.projector import Bitmap
 from worker.engine.requests import Chat, ChatPrompt, Request, SamplingParams
 from worker.engine.serving.facts import ModelFacts
@@ -31,18 +31,6 @@ log = structlog.get_logger(__name__)  # its lines carry the request id (api/app.
 # fit and is refused without the work of tokenizing it.
 MAX_CHARS_PER_TOKEN = 32
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A request made ready: the engine's requests, one per choice (one prompt), and the reader of each answer."""
-
-    requests: list[Request]
-    answers: Answers = PlainText
-
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.requests[0].prompt_tokens)
 
 
 class InputProcessor:

@@ -8,10 +8,10 @@ from dataclasses import dataclass, replace
 
 from worker.engine.core.scheduler import SchedulerStats
 from worker.engine.engine import Engine
-from worker.engine.inputs import GenerationInput
+from worker.engine.inputs import GenerationInput, Prepared
 from worker.engine.requests import Chat
 from worker.engine.serving.facts import ModelFacts
-from worker.engine.serving.input_processor import InputProcessor, Prepared
+from worker.engine.serving.input_processor import InputProcessor
 from worker.engine.serving.pooled_outputs import PooledOutputs
 from worker.engine.serving.prompts import Prompts
 from worker.engine.serving.saved_cells import SavedCells
