@@ -107,8 +107,8 @@ def row(name: str, chat: ChatTemplate) -> tuple[str, str, str, str, str]:
     reasoning = (f"`{asked.thinking_start_tag}` … `{asked.thinking_end_tags[0].strip()}`"
                  if asked.supports_thinking and asked.thinking_end_tags else "none")
     quiet = chat.render(Chat((USER,), template_kwargs={"enable_thinking": False}))
-    thinking_off = "yes" if quiet.prompt != chat.render(Chat((USER,), template_kwargs={"enable_thinking": True})).prompt \
-        else "no"
+    thinking = chat.render(Chat((USER,), template_kwargs={"enable_thinking": True}))
+    thinking_off = "yes" if quiet.prompt != thinking.prompt else "no"
     effort = "yes" if chat.caps.get("supports_reasoning_effort") else "no"
     return f"`{name}`", calls, reasoning.replace("|", "\\|"), thinking_off, effort
 
