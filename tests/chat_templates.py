@@ -47,13 +47,6 @@ WRITTEN = {
         'Sunny?\n[BEGIN FINAL RESPONSE]\n<tool_calls>[{"name": "get_weather", "arguments": {"city": "Paris"}}]'
         '</tool_calls>',
 }
-# Templates whose calls llama.cpp itself does not read back, and why: docs/models.md lists them.
-UNREAD = {
-    # The autoparser learns the call id its own rendering used ("call00001") as a literal of the format.
-    "upstage-Solar-Open-100B": "llama.cpp's autoparser takes the call id of its own rendering for fixed text",
-    # It shows tools but never renders a call, and no parser of llama.cpp's knows its format.
-    "ibm-granite-granite-3.3-2B-Instruct": "llama.cpp's chat layer finds no call format in it",
-}
 # A thought, for templates whose generation prompt opens the reasoning: a model closes it before it calls.
 THOUGHT = "Sunny?"
 # A turn's end: control tokens that end a message, which a model writes as an end-of-generation token (never text):
@@ -101,7 +94,7 @@ def row(name: str, chat: ChatTemplate) -> tuple[str, str, str, str, str]:
     """docs/models.md's row for a template: its name, whether its calls are read (and the format), its reasoning tags,
     and whether it takes enable_thinking and reasoning_effort."""
     asked = chat.render(Chat((USER,), tools=(TOOL,)))
-    calls = "no: shows no tools" if not chat.shows_tools else f"no: {UNREAD[name]}" if name in UNREAD else "yes"
+    calls = "yes" if chat.shows_tools else "no: shows no tools"
     if calls == "yes" and not asked.grammar_lazy:
         calls = "yes, unconstrained"
     reasoning = (f"`{asked.thinking_start_tag}` … `{asked.thinking_end_tags[0].strip()}`"

@@ -16,7 +16,6 @@ from tests.chat_templates import (
     TEMPLATES,
     THOUGHT,
     TOOL,
-    UNREAD,
     USER,
     WRITTEN,
     row,
@@ -87,10 +86,6 @@ def test_a_call_in_the_templates_own_format_reads_as_a_tool_call(name):
     chat = _template(name)
     written, params = _written(chat, name)
     assert written is not None, "the template shows tools but no call could be written in its format"
-    if name in UNREAD:
-        content, _, calls = _read(params, [written])
-        assert calls == [] and content, UNREAD[name]  # read as text, never an error
-        return
     content, reasoning, calls = _read(params, [written])
     assert calls == PARIS, (written, content)
     assert content.strip() == "" and reasoning.strip() in ("", THOUGHT, "Here are my reasoning steps:\n" + THOUGHT)
@@ -145,3 +140,19 @@ def test_reasoning_effort_goes_to_a_template_that_reads_it():
     assert chat.caps["supports_reasoning_effort"]
     assert "Reasoning: high" in chat.render(Chat((USER,), reasoning_effort="high")).prompt
     assert "Reasoning: low" in chat.render(Chat((USER,), reasoning_effort="low")).prompt
+
+
+def test_solar_open_reads_its_thought_and_its_answer_as_messages_of_their_own():
+    """Solar Open writes reasoning and answer as two messages (its parser: patches/llama.cpp): no marker is text."""
+    params = _template("upstage-Solar-Open-100B").render(Chat((USER,)))
+    answer = ["<|think|>It is", " Paris.<|end|><|begin|>assis", "tant<|content|>Sun", "ny."]
+    assert _read(params, answer) == ("Sunny.", "It is Paris.", [])
+
+
+def test_solar_open_continues_a_prefilled_answer_where_it_stops():
+    chat = _template("upstage-Solar-Open-100B")
+    params = chat.render(Chat((USER, {"role": "assistant", "content": "Sun"})))
+    assert params.prompt.endswith("<|end|><|begin|>assistant<|content|>Sun")  # the answer opened once, not twice
+    answer = ChatAnswer(params, "deepseek", continuation=True)
+    release = answer.feed("ny.") + answer.finish()
+    assert (release.text, release.reasoning) == ("ny.", "")
