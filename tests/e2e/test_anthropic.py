@@ -105,6 +105,24 @@ async def test_a_final_assistant_message_is_continued(http, base_url):
     assert usage["input_tokens"] + usage["cache_read_input_tokens"] == completion["usage"]["prompt_tokens"]
 
 
+async def test_an_empty_final_assistant_message_is_a_turn_of_its_own(http, base_url):
+    """Nothing to continue: the template renders it, the answer opens the next turn. A chat of that message alone is
+    answered on every chat route (it rendered no prompt at all when continued, a 400; the fuzzer found it)."""
+    question = [{"role": "user", "content": "Say hi."}]
+    empty = {"role": "assistant", "content": ""}
+    async with http.post(base_url + "/apply-template", json={"messages": [*question, empty]}) as response:
+        prompt = (await response.json())["prompt"]
+    async with http.post(base_url + "/apply-template", json={"messages": question}) as response:
+        opened = (await response.json())["prompt"]
+    assert prompt.startswith(opened[:-len("<|im_start|>assistant\n")]) and prompt.endswith("<|im_start|>assistant\n")
+    assert len(prompt) > len(opened)  # the empty turn is in it
+    for route, body in (("/v1/messages", {"messages": [empty], "max_tokens": 2}),
+                        ("/v1/chat/completions", {"messages": [{**empty, "tool_calls": []}], "max_tokens": 2}),
+                        ("/api/chat", {"messages": [empty], "stream": False, "options": {"num_predict": 2}})):
+        async with http.post(base_url + route, json=body) as response:
+            assert response.status == 200, (route, await response.text())
+
+
 async def test_bad_input_lists_every_problem_in_anthropics_shape(http, base_url):
     body = {
         "model": MODEL, "temperature": 1.5, "top_k": -1, "stop_sequences": "x",

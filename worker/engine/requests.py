@@ -103,6 +103,15 @@ class Chat:
     reasoning_effort: str | None = None  # handed to the template; "none" turns thinking off
     reasoning_format: str | None = None  # llama-server's, for this answer; None: the worker's --reasoning-format
 
+    @property
+    def continues(self) -> bool:
+        """Whether the answer continues the chat's last message (llama-server's --prefill-assistant): an assistant's
+        text or reasoning, without calls. An empty one, or one of tool calls, has nothing to continue: it is a turn
+        of its own, and the answer opens the next (a chat of that message alone would render no prompt at all)."""
+        last = self.messages[-1] if self.messages else {}
+        return (last.get("role") == "assistant" and not last.get("tool_calls")
+                and bool(last.get("content") or last.get("reasoning_content")))
+
 
 @dataclass(frozen=True)
 class ExtraFile:

@@ -20,8 +20,11 @@ _TOOL_USE_IN = {"type": "object", "required": ["type", "id", "name", "input"], "
 _RESULT_IN = {"type": "object", "required": ["type", "tool_use_id"], "properties": {
     "type": {"const": "tool_result"}, "tool_use_id": {"type": "string", "minLength": 1},
     "content": {"oneOf": [{"type": "string"}, _TEXT_BLOCKS, {"type": "null"}]}, "is_error": {"type": "boolean"}}}
-_THINKING_IN = {"type": "object", "required": ["type"], "description": "an earlier turn's thinking: left out",
-                "properties": {"type": {"enum": ["thinking", "redacted_thinking"]}}}
+_THINKING_IN = {"type": "object", "required": ["type", "thinking"],
+                "description": "an earlier turn's thinking: the template's reasoning_content for that message",
+                "properties": {"type": {"const": "thinking"}, "thinking": {"type": "string"}}}
+_REDACTED_THINKING_IN = {"type": "object", "required": ["type"], "description": "no text to show: left out",
+                         "properties": {"type": {"const": "redacted_thinking"}}}
 
 
 def _blocks(*kinds: dict) -> dict:
@@ -38,9 +41,10 @@ SCHEMAS: dict[str, Any] = {
                 "role": {"const": "user"}, "content": {"oneOf": [{"type": "string"}, _blocks(_TEXT_IN, _RESULT_IN)]}}},
             {"type": "object", "required": ["role", "content"], "properties": {
                 "role": {"const": "assistant"},
-                "content": {"oneOf": [{"type": "string"}, _blocks(_TEXT_IN, _TOOL_USE_IN, _THINKING_IN)]}}}]},
-            "description": "a final assistant message is continued (prefill); one that calls tools must be "
-                           "followed by a user message with their results"},
+                "content": {"oneOf": [{"type": "string"},
+                                      _blocks(_TEXT_IN, _TOOL_USE_IN, _THINKING_IN, _REDACTED_THINKING_IN)]}}}]},
+            "description": "a final assistant message with text or thinking is continued (prefill); an empty one, "
+                           "or one that calls tools, is a turn of its own"},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 2**31 - 1},
         "stop_sequences": {"type": ["array", "null"], "maxItems": MAX_STOP_STRINGS,
                            "items": stop_string(MAX_STOP_BYTES)},

@@ -75,7 +75,7 @@ class ChatTemplate:
         elif chat.reasoning_effort is not None:
             kwargs["reasoning_effort"] = chat.reasoning_effort
         offered = list(chat.tools) if tools and chat.tools else None
-        continues = bool(chat.messages) and chat.messages[-1].get("role") == "assistant" and generation_prompt
+        continues = chat.continues and generation_prompt
         return {
             "messages": list(chat.messages),
             "tools": offered,

@@ -118,10 +118,9 @@ class Prompts:
             replace(chat, tools=tuple(tool for tool in chat.tools if tool["function"]["name"] == chat.only)))
         prompt = self._tokens(params.prompt, images, self._reasoning(reading))
         grammar, triggers, prefill, refused = self._grammar(reading, own_grammar)
-        continuation = bool(chat.messages) and chat.messages[-1].get("role") == "assistant"
         reasoning_format = chat.reasoning_format or self.chat.reasoning_format
         without_tools = partial(self.chat.render, replace(chat, tools=())) if chat.tools else None
-        answers = partial(_answer, reading, reasoning_format, continuation, without_tools)
+        answers = partial(_answer, reading, reasoning_format, chat.continues, without_tools)
         return ChatTurn(self._with_checkpoints(prompt, chat), params.prompt, reading.additional_stops,
                         self._preserved(reading), grammar, triggers, prefill, refused, answers)
 
