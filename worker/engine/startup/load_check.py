@@ -22,9 +22,10 @@ PROBE_TOKENS = 64
 # Four shapes, 30 one-token decodes: a check with 98 made a worker's start take minutes when two workers started
 # at once on 2 cores (ggml's threads spin against each other).
 SHAPES = ((21, 16), (48, 8), (58, 4), (60, 2))
-# Speculative decoding's verify call: this many rows of slot 0 in one llama_decode (its last decode row and a draft),
-# beside a decode row of slot 1, against the same tokens decoded one at a time.
-VERIFY_ROWS = 5
+# Speculative decoding's verify call (a sequence's last decode row and its draft in one llama_decode, beside a decode
+# row of slot 1) is measured at every row count a draft can make, against the same tokens decoded one at a time:
+# llamafile's GEMM agreed with one-row decode at 2 rows of the test model and not at 3 to 17, and agreed at 5 in a
+# worker's own context, where a check of 5 rows alone let drafts change its greedy text.
 # Rows of another slot beside the probe's last row: one (a decode row) and a prefill chunk's worth, past the
 # 8 rows where ggml's tiled K-quant matmul takes over.
 BESIDE_ROWS = 16
@@ -217,18 +218,24 @@ def _moved_cells_match(probe: _Probe) -> bool:
 
 
 def _verify_rows_match_decodes(probe: _Probe) -> bool:
-    """Slot 0's next VERIFY_ROWS tokens decoded one at a time, then together in one call beside a row of slot 1:
-    each row the same logits? (Slot 1 needs a second slot; with one, the rows are decoded alone.)"""
-    start = PROBE_TOKENS - VERIFY_ROWS
+    """Slot 0's next tokens decoded one at a time, then, for each row count a verify call can have (a decode row and
+    up to --draft-max drafted tokens), that many together in one call beside a row of slot 1: each row the same
+    logits? (Slot 1 needs a second slot; with one, the rows are decoded alone.)"""
+    most = min(probe.model.config.draft_max, PROBE_TOKENS - 1) + 1
+    start = PROBE_TOKENS - most
     rows = [(probe.tokens[pos], pos, 0, True) for pos in range(start, PROBE_TOKENS)]
     several = probe.model.config.parallel > 1
     beside = [(probe.tokens[0], 0, 1, False)] if several else []
     probe.hold(0, start)
-    if several:
-        probe.hold(1, 0)
     alone = [probe.decode([row]) for row in rows]
-    probe.hold(0, start)
-    if probe.decode(rows + beside) is False:
+    if not all(isinstance(logits, bytes) for logits in alone):
         return False
-    together = [probe.row_logits(i) for i in range(len(rows))]
-    return all(isinstance(a, bytes) for a in alone) and alone == together
+    for count in range(2, most + 1):
+        probe.hold(0, start)
+        if several:
+            probe.hold(1, 0)
+        if probe.decode(rows[:count] + beside) is False:
+            return False
+        if [probe.row_logits(i) for i in range(count)] != alone[:count]:
+            return False
+    return True
