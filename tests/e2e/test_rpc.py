@@ -20,7 +20,9 @@ PROMPTS = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
 
 @pytest.fixture(scope="module")
 def rpc_build() -> Path:
-    out = subprocess.run([str(REPO / "scripts" / "build-llama-cpp"), "rpc", "llama", "ggml-rpc-server"],
+    # llm-worker-chat: the chat ABI the worker loads from beside libllama (a model with a chat template needs it)
+    targets = ["llama", "ggml-rpc-server", "llm-worker-chat"]
+    out = subprocess.run([str(REPO / "scripts" / "build-llama-cpp"), "rpc", *targets],
                          stdout=subprocess.PIPE, text=True, check=True, timeout=3600,
                          env={**os.environ, "PYTHON": sys.executable})
     return Path(out.stdout.strip().splitlines()[-1])
