@@ -1,11 +1,12 @@
 """Probe: what llama.cpp's answer reader (engine/serving/chat_answer.py, its parser through the C ABI) costs a streamed
 token, per template and answer length, as a route feeds it: one token's text at a time, then the answer's end.
 
-llama.cpp's parsers read the whole answer again on every piece (as llama-server's do), so the cost grows with the
-answer: mean and worst microseconds a piece at 64 to 1,024 tokens of plain text, and the mean for the same text
-ending in a call written in the template's own format (tests/chat_templates.py's oracle), with whether the call came
-back as one. Target (issue #81): at most 0.1 ms a streamed token. No server, no model weights (the test model's
-vocabulary only). Run: .venv/bin/python bench/probes/answerreader.py [MODEL.gguf]
+llama.cpp's parsers read the whole answer again on every read (as llama-server's do), so a read's cost grows with the
+answer; the reader reads every n-th piece past READ_SPAN characters (n growing with the answer), holding the rest.
+Mean and worst microseconds a piece at 64 to 16,384 tokens of plain text, the most pieces held before a read, and the
+mean for the same text ending in a call written in the template's own format (tests/chat_templates.py's oracle), with
+whether the call came back as one. Target (issue #81): at most 0.1 ms a streamed token. No server, no model weights
+(the test model's vocabulary only). Run: .venv/bin/python bench/probes/answerreader.py [MODEL.gguf]
 """
 
 from __future__ import annotations
@@ -24,13 +25,13 @@ from bench.config import find_model
 from tests.chat_templates import CALL, TOOL, USER, WRITTEN, template, written_call
 from worker.engine.native.chat_layer import ChatParams, ChatTemplates
 from worker.engine.requests import Chat
-from worker.engine.serving.chat_answer import ChatAnswer
+from worker.engine.serving.chat_answer import READ_SPAN, ChatAnswer
 from worker.engine.serving.chat_template import ChatTemplate
 
 # Templates people serve in 2026, each with its own call format.
 TEMPLATES = ("Qwen-Qwen3-0.6B", "Qwen3-Coder", "openai-gpt-oss-120b", "deepseek-ai-DeepSeek-V3.1", "GLM-4.6",
              "moonshotai-Kimi-K2", "meta-llama-Llama-3.3-70B-Instruct", "mistralai-Ministral-3-14B-Reasoning-2512")
-LENGTHS = (64, 256, 1024, 4096)
+LENGTHS = (64, 256, 1024, 4096, 16384)
 # gpt-oss writes every message in a channel: the plain answer in its final channel, and before a call, its analysis
 # channel's text, ended: (before the text, between the text and the call).
 FRAMES = {"openai-gpt-oss-120b": (("<|channel|>final<|message|>", ""),
@@ -74,8 +75,9 @@ def own_call(name: str, chat: ChatTemplate, params: ChatParams, asked: Chat) -> 
 
 def main() -> None:
     model = Llama(str(find_model(sys.argv[1] if len(sys.argv) > 1 else None)), vocab_only=True, verbose=False)
-    print("| template | answer tokens | plain: mean µs | plain: worst µs | ending in a call: mean µs | call read |")
-    print("|---|---:|---:|---:|---:|---|")
+    print("| template | answer tokens | plain: mean µs | plain: worst µs | pieces held | ending in a call: mean µs "
+          "| call read |")
+    print("|---|---:|---:|---:|---:|---:|---|")
     for name in TEMPLATES:
         chat = ChatTemplate(ChatTemplates(None, template(name)), {}, "deepseek")
         asked = Chat((USER,), tools=(TOOL,))
@@ -87,7 +89,8 @@ def main() -> None:
             plain_frame, call_frame = FRAMES.get(name, UNFRAMED)
             plain = reader_cost(reader(), pieces, plain_frame, "")
             called = reader_cost(reader(), pieces, call_frame, call)
-            print(f"| `{name}` | {tokens} | {plain[0]:.0f} | {plain[1]:.0f} | {called[0]:.0f} | "
+            held = sum(map(len, pieces)) // READ_SPAN  # at the answer's end: n - 1
+            print(f"| `{name}` | {tokens} | {plain[0]:.0f} | {plain[1]:.0f} | {held} | {called[0]:.0f} | "
                   f"{'yes' if called[2] else 'no'} |", flush=True)
 
 

@@ -27,6 +27,7 @@ from worker.engine.answer import Release
 from worker.engine.constraints.lazy_grammar import _Watch
 from worker.engine.native.chat_layer import ChatParams, ChatTemplates
 from worker.engine.requests import Chat, GrammarTrigger
+from worker.engine.serving import chat_answer
 from worker.engine.serving.chat_answer import ChatAnswer
 from worker.engine.serving.chat_template import ChatTemplate
 
@@ -156,3 +157,29 @@ def test_solar_open_continues_a_prefilled_answer_where_it_stops():
     answer = ChatAnswer(params, "deepseek", continuation=True)
     release = answer.feed("ny.") + answer.finish()
     assert (release.text, release.reasoning) == ("ny.", "")
+
+
+def test_a_long_answer_is_read_every_few_pieces_and_streams_the_same_text(monkeypatch):
+    """Past READ_SPAN characters the parser (which reads the whole answer each time) reads every n-th piece: the held
+    pieces go out with the next read, so the deltas add up to what a read of every piece gives, its call included."""
+    params = _template("Qwen-Qwen3-0.6B").render(Chat((USER,), tools=TOOLS))
+    thought = "".join(f"Step {i}: the harbour logs vessel {i}. " for i in range(300))  # ~11k characters
+    call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+    pieces = ["<think>", *(thought[i:i + 5] for i in range(0, len(thought), 5)), "</think>\n\nChecking.\n", call]
+
+    def releases(hold_at_most: float) -> list[Release]:
+        monkeypatch.setattr(chat_answer, "HOLD_AT_MOST", hold_at_most)
+        answer = ChatAnswer(params, "deepseek", continuation=False)
+        return [*(answer.feed(piece) for piece in pieces), answer.finish()]
+
+    every = releases(0.0)  # a slow stream: every piece read
+    assert all(release.reasoning for release in every[1:-3])
+    held = releases(60.0)  # the piece-count rule alone, whatever this host's pace
+    whole, reference = sum(held, Release()), sum(every, Release())
+    assert (whole.text, whole.reasoning) == (reference.text, reference.reasoning)
+    assert whole.reasoning == thought and whole.text.strip() == "Checking."
+    assert [(c.name, json.loads(c.arguments)) for c in whole.calls] == PARIS
+    # the thought's pieces held: only past READ_SPAN characters, then ever more of them
+    empty = [i for i in range(1, len(pieces) - 2) if not held[i].reasoning]
+    assert empty and sum(map(len, pieces[:empty[0] + 1])) >= chat_answer.READ_SPAN
+    assert len(pieces) // 3 < len(empty) < len(pieces)
