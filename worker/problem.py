@@ -16,3 +16,14 @@ class Problem:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+MAX_LISTED = 16  # problems listed one by one; the rest are counted
+
+
+def listed(problems: list[Problem], field: str, constraint: str) -> list[Problem]:
+    """A bad body can hold a million bad inputs: list MAX_LISTED problems, then count the rest."""
+    if len(problems) <= MAX_LISTED:
+        return problems
+    more = len(problems) - MAX_LISTED
+    return [*problems[:MAX_LISTED], Problem(field, constraint, f"and {more} more problems with {field}", more)]

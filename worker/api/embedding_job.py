@@ -11,44 +11,24 @@ from typing import TYPE_CHECKING
 import structlog
 
 from worker.api.error_shapes import FailedJob, Failure, pooled_failure
-from worker.api.problems import InvalidRequest, Problem
+from worker.api.problems import Problem
 from worker.api.state import WorkerState
-from worker.engine import EmbeddingFailed, UnfitInputs
+from worker.engine import EmbeddingFailed
 
 if TYPE_CHECKING:
     from worker.engine import ServedModel, Vector
 
 log = structlog.get_logger("worker.request")
 
-MAX_LISTED = 16  # bad inputs and token ids listed one by one; the rest are counted
 
 DISABLED = Failure(404, "embeddings_disabled", [Problem(
     "worker", "--embeddings",
     "this worker serves no embeddings: start it with --embeddings (or LLM_WORKER_EMBEDDINGS=1)")])
 
 
-def listed(problems: list[Problem], field: str, constraint: str) -> list[Problem]:
-    """A bad body can hold a million bad inputs: list MAX_LISTED problems, then count the rest."""
-    if len(problems) <= MAX_LISTED:
-        return problems
-    more = len(problems) - MAX_LISTED
-    return [*problems[:MAX_LISTED], Problem(field, constraint, f"and {more} more problems with {field}", more)]
-
-
 def require_embeddings(served: ServedModel) -> None:
     if served.pooled.pooling is None:
         raise FailedJob(DISABLED)
-
-
-def _unfit(refusal: UnfitInputs, fields: list[str], constraint: str) -> InvalidRequest:
-    problems = [Problem(fields[i], "at least one token", f"{fields[i]} has no tokens") for i in refusal.empty]
-    problems += [Problem(fields[i], f"at most {refusal.limit} tokens",
-                         f"{fields[i]} has {n} tokens; an input must fit one micro-batch of {refusal.limit} "
-                         "(--ubatch-size) and is never truncated: split it, or restart with larger "
-                         "--ubatch-size and --batch-size", n)
-                 for i, n in refusal.too_long]
-    code = "context_length_exceeded" if refusal.too_long else "invalid_request"
-    return InvalidRequest(listed(problems, fields[0].split("[")[0], constraint), code)
 
 
 async def embedded(worker: WorkerState, served: ServedModel, inputs: list[str | list[int]], fields: list[str],
@@ -59,9 +39,9 @@ async def embedded(worker: WorkerState, served: ServedModel, inputs: list[str | 
     # Off the event loop: a 4 MiB body keeps the tokenizer busy long enough to stall every stream.
     tokens = await asyncio.to_thread(served.pooled.tokenize_inputs, inputs)
     try:
-        vectors = await asyncio.wait_for(served.pooled.embed(tokens), worker.settings.request_timeout)
-    except UnfitInputs as refusal:
-        raise _unfit(refusal, fields, constraint) from None
+        # Refused up front: an empty input, or one longer than a micro-batch
+        vectors = await asyncio.wait_for(served.pooled.embed(tokens, fields, constraint),
+                                         worker.settings.request_timeout)
     except (EmbeddingFailed, asyncio.TimeoutError) as exc:
         log.warning("embeddings_failed", inputs=len(tokens), message=str(exc) or "timeout")
         raise FailedJob(pooled_failure(exc, worker.settings.request_timeout)) from None

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.api.problems import Reader
-from worker.engine import MEDIA_MARKER
+from worker.engine import Image
 from worker.settings import MediaSettings
 
 FORMATS = "PNG, JPEG, GIF or BMP"
@@ -128,7 +128,7 @@ def checked_image(r: Reader, field: str, data: bytes, media: MediaSettings) -> I
 
 def without_marker(text: str) -> str:
     """A text part as the prompt may hold it: the image marker only where the worker put an image."""
-    return text.replace(MEDIA_MARKER, "")
+    return text.replace(Image.MARKER, "")
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:

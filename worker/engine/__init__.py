@@ -22,21 +22,16 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.answer import ToolCall as ToolCall
     from worker.engine.config import Lora as Lora
     from worker.engine.core.scheduler import SchedulerStats as SchedulerStats
-    from worker.engine.errors import AdapterCells as AdapterCells
     from worker.engine.errors import EmbeddingFailed as EmbeddingFailed
     from worker.engine.errors import QueueFull as QueueFull
     from worker.engine.errors import Refused as Refused
-    from worker.engine.errors import UnfitInputs as UnfitInputs
     from worker.engine.handle import RequestHandle as RequestHandle
     from worker.engine.inputs import GenerationInput as GenerationInput
     from worker.engine.inputs import Image as Image
     from worker.engine.inputs import Infill as Infill
     from worker.engine.inputs import Prepared as Prepared
     from worker.engine.inputs import Prompt as Prompt
-    from worker.engine.kv.cell_file import UnusableFile as UnusableFile
-    from worker.engine.media import MEDIA_MARKER as MEDIA_MARKER
     from worker.engine.pooling.embeddings import Vector as Vector
-    from worker.engine.pooling.rerank import RANK_HEAD as RANK_HEAD
     from worker.engine.requests import AdapterSet as AdapterSet
     from worker.engine.requests import Chat as Chat
     from worker.engine.requests import Event as Event
@@ -47,22 +42,19 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.requests import SamplingParams as SamplingParams
     from worker.engine.requests import TokenEvent as TokenEvent
     from worker.engine.requests import TokenLogprob as TokenLogprob
-    from worker.engine.serving.saved_cells import SlotFile as SlotFile
     from worker.engine.serving.served_model import ServedModel as ServedModel
 
 __getattr__ = exports(__name__, {
     # the loaded model, a request's input and the engine's requests prepared of it
     "ServedModel": "serving.served_model", "GenerationInput": "inputs", "Prompt": "inputs", "Chat": "requests",
-    "Infill": "inputs", "ExtraFile": "requests", "Image": "inputs", "MEDIA_MARKER": "media",
+    "Infill": "inputs", "ExtraFile": "requests", "Image": "inputs",
     "SamplingParams": "requests", "AdapterSet": "requests", "Lora": "config", "Prepared": "inputs",
     # what a submitted request gives back: its handle, its events, its answer read in the chat's format
     "RequestHandle": "handle", "Event": "requests", "TokenEvent": "requests", "TokenLogprob": "requests",
     "PromptLogprobs": "requests", "Finished": "requests", "FinishReason": "requests",
     "Answer": "answer", "Release": "answer", "ToolCall": "answer",
     # pooled outputs, saved cells, the engine's counters
-    "Vector": "pooling.embeddings", "RANK_HEAD": "pooling.rerank", "SlotFile": "serving.saved_cells",
-    "SchedulerStats": "core.scheduler",
+    "Vector": "pooling.embeddings", "SchedulerStats": "core.scheduler",
     # what the engine refuses (a 400 naming the request's fields) or fails at
-    "Refused": "errors", "QueueFull": "errors", "EmbeddingFailed": "errors", "UnfitInputs": "errors",
-    "AdapterCells": "errors", "UnusableFile": "kv.cell_file",
+    "Refused": "errors", "QueueFull": "errors", "EmbeddingFailed": "errors",
 })

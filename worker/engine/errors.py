@@ -4,9 +4,7 @@ llama.cpp library to load (exactness/build_choice.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
-from worker.problem import Problem
+from worker.problem import Problem, listed
 
 
 class Refused(Exception):
@@ -48,17 +46,23 @@ class ContextLengthExceeded(Refused):
         self.prompt_tokens, self.max_tokens, self.n_ctx_seq = prompt_tokens, max_tokens, n_ctx_seq
 
 
-@dataclass(frozen=True)
-class AdapterCells(Exception):
+class AdapterCells(Refused):
     """A slot file asked of a slot whose cells were made under LoRA adapters: files hold base-model cells only
     (their fingerprint names no adapter, so a file must never serve a request under another adapter set)."""
 
-    slot: int
-    adapters: str  # the adapter set, as AdapterSet's str: id:scale pairs
+    def __init__(self, slot: int, adapters: str) -> None:  # adapters: as AdapterSet's str, id:scale pairs
+        super().__init__([Problem(
+            "id_slot", "a slot whose cells were made without LoRA adapters",
+            f"slot {slot}'s cells were made under LoRA adapters ({adapters}, as id:scale); a slot file holds only "
+            "cells made without adapters: save a slot that served a request without adapters", slot)])
 
-    def __str__(self) -> str:
-        return (f"slot {self.slot}'s cells were made under LoRA adapters ({self.adapters}, as id:scale); a slot file "
-                "holds only cells made without adapters: save a slot that served a request without adapters")
+
+class UnrestorableFile(Refused):
+    """A slot file that must not load into this worker (POST /slots/{id}?action=restore), and why."""
+
+    def __init__(self, filename: str, why: str) -> None:
+        super().__init__([Problem("filename", "a file this worker's --slot-save-path holds and can load",
+                                  f"cannot restore {filename!r}: {why}", filename)])
 
 
 class EmptyPrompt(Refused):
@@ -74,16 +78,20 @@ class QueueFull(Exception):
     pass
 
 
-@dataclass(frozen=True)
-class UnfitInputs(Exception):
-    """Inputs the embedding context cannot take: empty ones, and ones longer than its batch."""
+class UnfitInputs(Refused):
+    """Inputs the embedding context cannot take: empty ones, and ones longer than its batch, each named by its field
+    (`fields`: where each input is in the body; `constraint`: what an input must be, as the route says it)."""
 
-    empty: tuple[int, ...]
-    too_long: tuple[tuple[int, int], ...]  # (input index, its tokens)
-    limit: int
-
-    def __str__(self) -> str:
-        return f"inputs {list(self.empty)} are empty; inputs {[i for i, _ in self.too_long]} exceed {self.limit} tokens"
+    def __init__(self, empty: tuple[int, ...], too_long: tuple[tuple[int, int], ...], limit: int,
+                 fields: list[str], constraint: str) -> None:  # too_long: (input index, its tokens)
+        problems = [Problem(fields[i], "at least one token", f"{fields[i]} has no tokens") for i in empty]
+        problems += [Problem(fields[i], f"at most {limit} tokens",
+                             f"{fields[i]} has {n} tokens; an input must fit one micro-batch of {limit} "
+                             "(--ubatch-size) and is never truncated: split it, or restart with larger "
+                             "--ubatch-size and --batch-size", n)
+                     for i, n in too_long]
+        super().__init__(listed(problems, fields[0].split("[")[0], constraint),
+                         "context_length_exceeded" if too_long else "invalid_request")
 
 
 class EmbeddingFailed(Exception):

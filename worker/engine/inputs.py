@@ -7,8 +7,10 @@ import it at startup."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from worker.engine.answer import Answers, PlainText
+from worker.engine.media import MEDIA_MARKER
 from worker.engine.requests import NO_ADAPTERS, AdapterSet, Chat, ExtraFile, Request, SamplingParams
 
 
@@ -26,8 +28,9 @@ class Infill:
 
 @dataclass(frozen=True)
 class Image:
-    """An image a chat holds, at one of its MEDIA_MARKERs, as the request sent it."""
+    """An image a chat holds, at one of its MARKERs, as the request sent it."""
 
+    MARKER: ClassVar[str] = MEDIA_MARKER  # where a chat's text holds an image, one marker an image
     data: bytes
     field: str  # where the request holds it: a refusal names it
     size: str = ""  # what its header says of its size ("640 x 480"), for a refusal to name

@@ -17,7 +17,7 @@ from worker.api.error_shapes import Failure, Family, pooled_failure, response
 from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
 from worker.api.request_checks import served_model
 from worker.api.state import WORKER
-from worker.engine import RANK_HEAD, EmbeddingFailed
+from worker.engine import EmbeddingFailed
 
 routes = web.RouteTableDef()
 log = structlog.get_logger("worker.request")
@@ -100,9 +100,7 @@ async def rerank(request: web.Request) -> web.Response:
                                                for document in parsed.documents])
     lengths = [len(prompt) for prompt in prompts]
     if max(lengths) > reranker.limit:
-        where = ("the rank context (--ubatch-size)" if reranker.route == RANK_HEAD
-                 else "a slot's context (--ctx-size / --parallel)")
-        raise _too_long(lengths, reranker.limit, where)
+        raise _too_long(lengths, reranker.limit, reranker.limited_by)
     try:
         scores = await asyncio.wait_for(served.pooled.rerank(reranker, prompts, request["request_id"]),
                                         worker.settings.request_timeout)

@@ -4,18 +4,11 @@ reusable cells to and from a file under --slot-save-path (docs/api.md, "Slots").
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import TYPE_CHECKING
-
 from aiohttp import web
 
 from worker.api.error_shapes import Failure, Family, response
-from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_object
+from worker.api.problems import Problem, Reader, parse_json_object
 from worker.api.state import WORKER
-from worker.engine import AdapterCells, UnusableFile
-
-if TYPE_CHECKING:
-    from worker.engine import ServedModel, SlotFile
 
 routes = web.RouteTableDef()
 
@@ -78,14 +71,10 @@ async def slot_action(request: web.Request) -> web.Response:
         return web.json_response({"id_slot": slot, "n_erased": await served.cells.erase_slot(slot)})
     path = folder / filename
     if action == "save":
-        try:
-            saved = await served.cells.save_slot(slot, path)
-        except AdapterCells as exc:
-            raise InvalidRequest([Problem("id_slot", "a slot whose cells were made without LoRA adapters", str(exc),
-                                          slot)]) from None
+        saved = await served.cells.save_slot(slot, path)  # Refused: a slot whose cells were made under adapters
         return web.json_response({"id_slot": slot, "filename": filename, "n_saved": saved.tokens,
                                   "n_written": saved.bytes, "timings": {"save_ms": round(saved.ms, 3)}})
-    restored = await _restore(served, slot, path, filename)
+    restored = await served.cells.restore_slot(slot, path)  # Refused: a file not there, or one that must not load
     return web.json_response({"id_slot": slot, "filename": filename, "n_restored": restored.tokens,
                               "n_read": restored.bytes, "timings": {"restore_ms": round(restored.ms, 3)}})
 
@@ -96,16 +85,3 @@ def _slot(r: Reader, raw: str, slots: int) -> int:
         r.problem("id_slot", constraint, f"id_slot must be a slot of this worker ({constraint})", raw)
         return -1
     return int(raw)
-
-
-async def _restore(served: ServedModel, slot: int, path: Path, filename: str) -> SlotFile:
-    def refused(why: str) -> InvalidRequest:
-        return InvalidRequest([Problem("filename", "a file this worker's --slot-save-path holds and can load",
-                                       f"cannot restore {filename!r}: {why}", filename)])
-
-    try:
-        return await served.cells.restore_slot(slot, path)
-    except FileNotFoundError:
-        raise refused("no such file") from None
-    except UnusableFile as exc:
-        raise refused(str(exc)) from None

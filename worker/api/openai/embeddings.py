@@ -9,10 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from worker.api.embedding_job import embedded, listed, require_embeddings
+from worker.api.embedding_job import embedded, require_embeddings
 from worker.api.problems import Problem, Reader, integral, parse_json_object
 from worker.api.request_checks import served_model
 from worker.api.state import WORKER
+from worker.problem import listed
 
 if TYPE_CHECKING:
     from worker.engine import Vector

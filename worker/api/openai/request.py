@@ -24,7 +24,7 @@ from worker.api.problems import Reader, integral
 from worker.api.reasoning_budgets import effort_budget
 from worker.api.structured import openai_grammar
 from worker.api.tools.request import history_fields, read_tools
-from worker.engine import MEDIA_MARKER, SamplingParams
+from worker.engine import Image, SamplingParams
 from worker.fields import OPENAI_SAMPLING
 
 ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's
@@ -152,7 +152,7 @@ def _content(r: Reader, index: int, content: Any, images: list[ImageInput | Imag
             image = image_from_url(r, f"{where}[{i}].image_url.url", part["image_url"].get("url"), intake.settings)
             if image is not None:
                 images.append(image)
-                pieces.append(MEDIA_MARKER)
+                pieces.append(Image.MARKER)
         elif kind == "input_audio":
             r.problem(f"{where}[{i}]", "a text or image_url part", f"{where}[{i}]: {intake.no_audio()}", kind)
         else:

@@ -52,11 +52,11 @@ class EmbeddingJob:
 Row = tuple[EmbeddingJob, int]  # a job and the index of one of its inputs: one sequence of a decode
 
 
-def check_inputs(inputs: list[list[int]], limit: int) -> None:
+def check_inputs(inputs: list[list[int]], limit: int, fields: list[str], constraint: str) -> None:
     empty = tuple(i for i, tokens in enumerate(inputs) if not tokens)
     too_long = tuple((i, len(tokens)) for i, tokens in enumerate(inputs) if len(tokens) > limit)
     if empty or too_long:
-        raise UnfitInputs(empty, too_long, limit)
+        raise UnfitInputs(empty, too_long, limit, fields, constraint)
 
 
 class Embedder:

@@ -35,6 +35,12 @@ class Reranker:
     template: str | None
     yes_no: tuple[int, int] = (-1, -1)  # the yes-no route's tokens
 
+    @property
+    def limited_by(self) -> str:
+        """What sets `limit`, as a refusal names it."""
+        return ("the rank context (--ubatch-size)" if self.route == RANK_HEAD
+                else "a slot's context (--ctx-size / --parallel)")
+
 
 def relevance_messages(query: str, document: str) -> list[dict[str, str]]:
     """The recipe's question as a conversation, for the model's own chat template."""

@@ -71,12 +71,14 @@ class PooledOutputs:
         """Embedding inputs: texts as llama-server tokenizes them (BOS and EOS as the vocab asks), token ids as sent."""
         return [self._model.tokenize(item, add_special=True) if isinstance(item, str) else item for item in inputs]
 
-    async def embed(self, inputs: list[list[int]]) -> list[Vector]:
+    async def embed(self, inputs: list[list[int]], fields: list[str], constraint: str) -> list[Vector]:
         """Each input's pooled, L2-normalized vector, decoded on the engine thread between generation steps.
+        `fields`: where each input is in the body; `constraint`: what an input must be, as the route says it.
 
-        Raises UnfitInputs or loop.QueueFull up front, EmbeddingFailed when no vectors came.
+        Raises UnfitInputs (a Refused naming those fields) or loop.QueueFull up front, EmbeddingFailed when no
+        vectors came.
         """
         if self._model.embedding is None:
             raise RuntimeError("this engine was loaded without embeddings")
-        check_inputs(inputs, self._model.embedding.n_batch)
+        check_inputs(inputs, self._model.embedding.n_batch, fields, constraint)
         return await self._engine.pooled(EMBEDDINGS, inputs)

@@ -13,7 +13,7 @@ from pathlib import Path
 import structlog
 
 from worker.engine.engine import Engine
-from worker.engine.errors import AdapterCells
+from worker.engine.errors import AdapterCells, UnrestorableFile
 from worker.engine.kv import cell_file
 from worker.engine.kv.disk_cache import DiskCache, DiskStats
 from worker.engine.kv.fingerprint import Fingerprint, engine_fingerprint
@@ -108,14 +108,20 @@ class SavedCells:
         return SlotFile(len(saved.tokens), written, (time.perf_counter() - started) * 1e3)
 
     async def restore_slot(self, slot: int, path: Path) -> SlotFile:
-        """Load the cells a file holds into a slot, once it is free; raises cell_file.UnusableFile (or OSError) for
-        a file that must not load, naming why."""
+        """Load the cells a file holds into a slot, once it is free; raises UnrestorableFile for a file that is not
+        there or must not load, naming why."""
         started = time.perf_counter()
         if not self._engine.cache.moves:
-            raise cell_file.UnusableFile(f"{MOVED_CELLS_INEXACT}; exact mode restores no cells here (fast mode does)")
-        saved = await asyncio.to_thread(cell_file.read, path, await self._fingerprinted())
+            raise UnrestorableFile(path.name, f"{MOVED_CELLS_INEXACT}; exact mode restores no cells here "
+                                              "(fast mode does)")
+        try:
+            saved = await asyncio.to_thread(cell_file.read, path, await self._fingerprinted())
+        except FileNotFoundError:
+            raise UnrestorableFile(path.name, "no such file") from None
+        except cell_file.UnusableFile as exc:
+            raise UnrestorableFile(path.name, str(exc)) from None
         if not await asyncio.wrap_future(self._engine.on_slot(slot, lambda cells: cells.load(slot, saved))):
-            raise cell_file.UnusableFile("llama.cpp refused its cells")
+            raise UnrestorableFile(path.name, "llama.cpp refused its cells")
         read = (await asyncio.to_thread(path.stat)).st_size
         return SlotFile(len(saved.tokens), read, (time.perf_counter() - started) * 1e3)
 
