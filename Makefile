@@ -2,7 +2,8 @@
 #   make serve   venv, install, fetch the default model, serve it on 127.0.0.1:$(PORT)
 #   make test    venv, install with the test extras, fetch the test model, run every test but the probes and the slow
 #                ones
-#   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds
+#   make test-unit  tests/unit alone: no model, no worker, no llama.cpp build beyond the venv's; seconds once the
+#                   venv exists (a fresh checkout makes it first, compiling llama.cpp unless cached: minutes)
 #   make lint    ruff, mypy and import-linter (their rules: pyproject.toml); make test runs it first
 #   make test-probes  the probes that run long by design (~15 minutes): the batch-invariance probes of the patched
 #                     kernels per weight type and at 1-4 threads (after a change to patches/ or the build), the

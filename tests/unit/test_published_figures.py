@@ -1,6 +1,6 @@
-"""The README's figures against the committed runs they come from (docs/benchmarks.md, "The rules"): each quoted
-figure is in its run's summary under bench/results/summaries/, and each summary says when, where, at which commit
-and by which command it was made."""
+"""The README's figures, and docs/benchmarks.md's exact-speed table, against the committed runs they come from
+(docs/benchmarks.md, "The rules"): each quoted figure is in its run's summary under bench/results/summaries/, and each
+summary says when, where, at which commit and by which command it was made."""
 
 from __future__ import annotations
 
@@ -156,13 +156,14 @@ def test_the_drafts_off_run_had_drafts_off_on_every_server():
     assert all(summary(name)["rounds"] >= 3 for name in ("throughput-drafts-off", "throughput-drafts-on"))
 
 
-# "Exact at llama.cpp's speed": a row per prompt length, a column per weight type, each cell "S s vs S s" (llm-worker's
-# and llama-server's time to first token, seconds), each type's run its own summary.
+# docs/benchmarks.md's "Exact mode's first token" (the README's "Exact at llama.cpp's speed" links to it): a row per
+# prompt length, a column per weight type, each cell "S s vs S s" (llm-worker's and llama-server's time to first token,
+# seconds), each type's run its own summary.
 FIRST_TOKEN = {"test model Q4_1": "first-token-q4_1", "Q4_K_M": "first-token-q4_k_m", "F16": "first-token-f16"}
 
 
 def test_the_exact_speed_table_quotes_its_runs():
-    lines = (REPO / "README.md").read_text().split("| time to first token |", 1)[1].splitlines()
+    lines = (REPO / "docs" / "benchmarks.md").read_text().split("| time to first token |", 1)[1].splitlines()
     columns = [cell.strip() for cell in lines[0].strip().strip("|").split("|")]
     assert columns == list(FIRST_TOKEN), columns
     rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:4]]
