@@ -44,8 +44,8 @@ $(WORKER): pyproject.toml
 
 # The test extras (pytest, the outside clients, the linters): what the test and lint targets need and serving does not.
 TEST_EXTRAS := $(VENV)/.test-extras
-$(TEST_EXTRAS): $(WORKER)
-	$(BIN)/python -m pip install --disable-pip-version-check -e '.[test]'
+$(TEST_EXTRAS): $(WORKER) tests/requirements.lock
+	$(BIN)/python -m pip install --disable-pip-version-check -c tests/requirements.lock -e '.[test]'
 	touch $@
 
 BATCH_INVARIANT := $(VENV)/lib/llm-worker/batch-invariant
