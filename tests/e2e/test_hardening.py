@@ -11,24 +11,55 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import WorkerProcess, start_worker
+from worker.api.openapi import document
 
 FIELDS = ["model", "messages", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p", "seed", "stop",
           "logit_bias", "stream", "stream_options", "n", "repeat_penalty", "presence_penalty", "job_id",
           "repetition_penalty", "tools", "max_completion_tokens", "echo"]
+
+
+def _post_routes() -> dict[str, list[str]]:
+    """Every POST route the worker documents (/openapi.json), with the fields its body schema names."""
+    spec = document()
+    schemas = spec["components"]["schemas"]
+
+    def fields(schema: dict) -> set[str]:
+        if "$ref" in schema:
+            return fields(schemas[schema["$ref"].rsplit("/", 1)[1]])
+        named = set(schema.get("properties", {}))
+        for part in schema.get("allOf", []) + schema.get("anyOf", []) + schema.get("oneOf", []):
+            named |= fields(part)
+        return named
+
+    routes = {path: sorted(fields(ops["post"].get("requestBody", {}).get("content", {}).get("application/json", {})
+                                  .get("schema", {})))
+              for path, ops in spec["paths"].items() if "post" in ops}
+    slot = routes.pop("/slots/{id_slot}")
+    return {**routes, **{f"/slots/0?action={action}": slot for action in ("save", "restore", "erase")}}
+
+
+POST_ROUTES = _post_routes()
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers(-2**70, 2**70) | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(max_size=40),
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
     max_leaves=12,
 )
-bodies = st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=10), json_values, max_size=8)
+
+
+def bodies(fields: list[str]) -> st.SearchStrategy[dict]:
+    """Bodies of the route's own fields and the generation fields, with any values, and keys of any text."""
+    return st.dictionaries(st.sampled_from(sorted({*FIELDS, *fields})) | st.text(max_size=10), json_values,
+                           max_size=8)
 
 
 @pytest.fixture(scope="module")
 def fuzz_worker(tmp_path_factory, model_path: Path):
     # Short timeouts so the rare valid body that starts a long generation ends quickly.
-    worker = start_worker(tmp_path_factory.mktemp("fuzz"), "--model", str(model_path), "--parallel", "2",
-                          "--ctx-size", "1024", "--request-timeout", "1")
+    # --embeddings and --slot-save-path: those routes read their bodies too.
+    folder = tmp_path_factory.mktemp("fuzz")
+    worker = start_worker(folder, "--model", str(model_path), "--parallel", "2", "--ctx-size", "1024",
+                          "--request-timeout", "1", "--embeddings", "--slot-save-path", str(folder / "slots"))
     yield worker
     assert worker.stop() == 0
 
@@ -48,18 +79,26 @@ def assert_answer_is_sound(status: int, payload: bytes) -> None:
     assert status < 500 or status in (503, 504), (status, payload[:300])
     if 400 <= status < 500 and status != 413:
         body = json.loads(payload)
-        problems = body["error"]["errors"] if "error" in body and "errors" in body["error"] else body.get("errors")
-        message = body["error"]["message"] if "error" in body else problems[0]["message"]
+        error = body.get("error")
+        if isinstance(error, str):  # Ollama's shape: the message alone
+            message = error
+        else:
+            message = error["message"] if error else body["errors"][0]["message"]
         assert message, body
     if status == 200 and payload.startswith(b"data: "):
         assert payload.rstrip().endswith(b"data: [DONE]")
 
 
-@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/execute", "/cancel"])
+def test_every_post_route_is_fuzzed():
+    assert len(POST_ROUTES) >= 28 and {"/v1/chat/completions", "/v1/messages", "/api/chat", "/v1/responses",
+                                       "/v1/embeddings", "/infill", "/slots/0?action=save"} <= POST_ROUTES.keys()
+
+
+@pytest.mark.parametrize("path", POST_ROUTES)
 def test_fuzzed_bodies_never_5xx(fuzz_worker, path):
-    @settings(max_examples=60, deadline=None, database=None,
+    @settings(max_examples=40, deadline=None, database=None,
               suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-    @given(body=bodies)
+    @given(body=bodies(POST_ROUTES[path]))
     def check(body):
         status, payload = post(fuzz_worker, path, json.dumps(body).encode())
         assert_answer_is_sound(status, payload)
