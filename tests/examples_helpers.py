@@ -1,9 +1,11 @@
 """The fenced examples of README.md and docs/api.md, read as the example tests run them: the blocks of each
-page, a shell block's commands, the curl commands and python blocks among them."""
+page, a shell block's commands, the curl commands and python blocks among them; and the flags `make serve` serves
+them with."""
 
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,3 +45,17 @@ BLOCKS = [block for page in EXAMPLE_PAGES for block in fenced_blocks(page)]
 SHELL_BLOCKS = [block for block in BLOCKS if block.lang in SHELLS]
 CURLS = [(block, command) for block in SHELL_BLOCKS for command in commands(block) if command.startswith("curl ")]
 PYTHON_BLOCKS = [block for block in BLOCKS if block.lang == "python"]
+
+
+def make_serve_flags() -> list[str]:
+    """The `llm-worker serve` flags of the Makefile's serve target (the one the examples' pages run against), less
+    `--port $(PORT)`: a test worker takes a free port."""
+    recipe = re.search(r"^serve: .*\n\t(.+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert recipe, "the Makefile has no serve target with a one-line recipe"
+    words = shlex.split(recipe.group(1))
+    assert words[0].endswith("/llm-worker") and words[1] == "serve", recipe.group(1)
+    flags = words[2:]
+    port = flags.index("--port")
+    del flags[port:port + 2]
+    assert not any("$(" in flag for flag in flags), f"make serve passes a make variable the tests cannot: {flags}"
+    return flags

@@ -3,6 +3,7 @@ where it must pass and where it must fail."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import llama_cpp
@@ -57,13 +58,18 @@ def test_f16_weights_fail_both_measurements_where_llamafile_takes_them(quantized
     assert measure(model) == Numerics(not LLAMAFILE, not LLAMAFILE, trusted=True, moved_cells_exact=True)
 
 
-def test_a_gpu_backend_is_measured_and_reported_but_not_trusted(model_path, load):
-    """On a GPU (or over rpc) the check measures and reports both, but a yes from a few shapes does not stand for
-    a GPU library's batch-size heuristics: exact mode keeps its block rule there."""
+@pytest.mark.parametrize("off_cpu", [{"backend": "cuda"}, {"rpc_servers": ("127.0.0.1:50052",)}],
+                         ids=["cpu-model-configured-as-cuda", "cpu-model-configured-with-rpc"])
+def test_trust_follows_the_configured_backend_not_the_measurement(model_path, load, off_cpu):
+    """Trust is read from the config alone (EngineConfig.on_cpu_alone): on a GPU or over rpc a yes from a few shapes
+    does not stand for a GPU library's batch-size heuristics, so exact mode keeps its block rule there. This runs on
+    this CPU, with no GPU and no rpc server: the model loaded here is measured once as configured (cpu), once with
+    its config saying `off_cpu`; the same kernels give the same yes, and only its trust goes. A real GPU backend's
+    measurement is tests/e2e/test_gpu_backends.py's (lavapipe)."""
     model = load(model_path)
-    for config in (EngineConfig(backend="cuda", ctx_size=1024, parallel=2),
-                   EngineConfig(rpc_servers=("127.0.0.1:50052",), ctx_size=1024, parallel=2)):
-        object.__setattr__(model, "config", config)  # the model still runs on this CPU: both measure equal
-        numerics = measure(model)
-        assert numerics == Numerics(True, True, trusted=False, moved_cells_exact=True)
-        assert not numerics.answers_reusable
+    on_cpu = measure(model)
+    object.__setattr__(model, "config", replace(model.config, **off_cpu))
+    configured_off_cpu = measure(model)
+    assert on_cpu.answers_reusable
+    assert configured_off_cpu == replace(on_cpu, trusted=False)
+    assert not configured_off_cpu.answers_reusable

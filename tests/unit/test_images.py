@@ -140,8 +140,13 @@ def test_runs_cut_a_chunk_where_text_meets_an_image_and_images_meet():
 
 
 def test_stand_ins_are_the_same_for_the_same_pixels_and_never_a_token():
-    assert stand_ins(12345, 4) == stand_ins(12345, 4)
-    assert stand_ins(12345, 4)[0] != stand_ins(12346, 4)[0]
+    """Position i of an image's run is -1 - (hash + i), of the hash's low 62 bits: a function of the pixels' hash
+    alone, so the same picture sent again gives these very ids and its cells are found again."""
+    assert stand_ins(12345, 4) == [-12346, -12347, -12348, -12349]
+    # Another picture differs at every position, its first included: no prefix of one is taken for the other's.
+    assert all(a != b for a, b in zip(stand_ins(12345, 4), stand_ins(12346, 4), strict=True))
+    # A hash past 62 bits wraps instead of growing, and every id stays negative: never a text token (>= 0).
+    assert stand_ins(2**64 - 1, 2) == [-(2**62), -1]
     assert all(token < 0 for token in stand_ins(2**64 - 1, 16))
 
 

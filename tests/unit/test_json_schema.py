@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.schema_grammar import MAX_REPEAT, SchemaProblem, pattern_problem, schema_grammar
+from worker.schema_grammar import MAX_REPEAT, TYPES, SchemaProblem, pattern_problem, schema_grammar
 
 
 @pytest.mark.parametrize("schema,where", [
@@ -28,8 +28,15 @@ def test_schema_refusals_name_the_keyword(schema, where):
 
 
 def test_annotations_and_unknown_keywords_are_ignored():
-    schema_grammar({"title": "T", "description": "d", "$comment": "c", "x-vendor": 1, "type": "object",
-                    "properties": {"a": {"description": "anything", "examples": [1]}}, "additionalProperties": True})
+    """Ignored as docs/api.md says: the grammar is the one of the schema without them, and a subschema left with no
+    constraint allows any JSON value."""
+    annotated = {"title": "T", "description": "d", "$comment": "c", "x-vendor": 1, "type": "object",
+                 "properties": {"a": {"description": "anything", "examples": [1], "default": 0}},
+                 "additionalProperties": True}
+    bare = {"type": "object", "properties": {"a": {}}, "additionalProperties": True}
+    assert schema_grammar(annotated) == schema_grammar(bare)
+    any_value = {"type": "object", "properties": {"a": {"type": list(TYPES)}}, "additionalProperties": True}
+    assert schema_grammar(bare) == schema_grammar(any_value)
 
 
 @pytest.mark.parametrize("pattern,ok", [
