@@ -231,7 +231,10 @@ class _Walk:
             elif keyword in ("items", "additionalProperties"):
                 if isinstance(value, dict):
                     schema[keyword] = self.node(value, here, depth + 1)
-                elif not (value is False or (keyword == "additionalProperties" and value is True)):
+                elif keyword == "additionalProperties" and value is True:
+                    # any JSON value: the converter reads true as {}, and {} as any object
+                    schema[keyword] = {"type": list(TYPES)}
+                elif value is not False:
                     self.problem(here, f"{keyword} must be a schema" + (" or a boolean" if keyword != "items" else ""))
             elif keyword == "properties":
                 if not isinstance(value, dict):

@@ -54,3 +54,11 @@ def test_annotations_and_unknown_keywords_are_ignored():
 ])
 def test_pattern_checks(pattern, ok):
     assert (pattern_problem(pattern) is None) == ok
+
+
+def test_additional_properties_true_beside_properties_take_any_value():
+    """true allows any value, as JSON Schema says: llama.cpp's converter reads it as {}, and {} as an object only."""
+    grammar = schema_grammar({"type": "object", "properties": {"a": {"type": "integer"}},
+                              "additionalProperties": True})
+    rule = next(line for line in grammar.splitlines() if line.startswith("additional-value ::="))
+    assert {"string", "number", "boolean", "null", "array"} <= set(rule.split("::=")[1].replace("|", " ").split())
