@@ -64,6 +64,13 @@ async def openai_stream(http: aiohttp.ClientSession, url: str, body: dict) -> St
     return out
 
 
+async def ask_chat(http: aiohttp.ClientSession, url: str, messages: list[dict], **fields: Any) -> tuple[int, dict]:
+    """A greedy chat of 12 tokens at most (unless `fields` say otherwise): its status and its JSON body."""
+    body = {"messages": messages, "max_tokens": 12, "temperature": 0, **fields}
+    async with http.post(url + "/v1/chat/completions", json=body) as response:
+        return response.status, await response.json()
+
+
 async def openai_once(http: aiohttp.ClientSession, url: str, body: dict) -> dict:
     async with http.post(url, json=body) as response:
         assert response.status == 200, await response.text()

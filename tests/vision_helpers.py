@@ -119,27 +119,34 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
 
 
 def _add_encoder_layers(writer: gguf.GGUFWriter, encoder: Encoder) -> None:
-    """clip.cpp's ViT blocks (tools/mtmd/clip.cpp, build_vit): layer norms, q/k/v/out, GELU FFN; numpy (out, in)."""
+    """clip.cpp's ViT blocks (tools/mtmd/clip.cpp, build_vit) of the encoder's shape."""
     rng = np.random.default_rng(0)
-    hidden, ffn = encoder.hidden, encoder.ffn
+    for layer in range(encoder.layers):
+        add_vit_block(writer, f"v.blk.{layer}", encoder.hidden, encoder.ffn, encoder.residual_scale, rng)
+
+
+def add_vit_block(writer: gguf.GGUFWriter, block: str, hidden: int, ffn: int, residual_scale: float,
+                  rng: np.random.Generator, biased: tuple[str, ...] = ("attn_q", "attn_k", "attn_v")) -> None:
+    """One pre-norm ViT block as clip.cpp's build_vit reads it: layer norms, q/k/v (with biases where `biased`
+    says), out, a GELU FFN; random F16 weights, numpy (out, in), those writing into the residual stream (out, FFN
+    down) at `residual_scale`."""
 
     def weights(rows: int, cols: int, scale: float) -> np.ndarray:
         return (rng.standard_normal((rows, cols)) * scale).astype(np.float16)
 
-    for layer in range(encoder.layers):
-        block = f"v.blk.{layer}"
-        for norm in ("ln1", "ln2"):
-            writer.add_tensor(f"{block}.{norm}.weight", np.ones(hidden, np.float32))
-            writer.add_tensor(f"{block}.{norm}.bias", np.zeros(hidden, np.float32))
-        for name in ("attn_q", "attn_k", "attn_v"):
-            writer.add_tensor(f"{block}.{name}.weight", weights(hidden, hidden, 0.02))
+    for norm in ("ln1", "ln2"):
+        writer.add_tensor(f"{block}.{norm}.weight", np.ones(hidden, np.float32))
+        writer.add_tensor(f"{block}.{norm}.bias", np.zeros(hidden, np.float32))
+    for name in ("attn_q", "attn_k", "attn_v"):
+        writer.add_tensor(f"{block}.{name}.weight", weights(hidden, hidden, 0.02))
+        if name in biased:
             writer.add_tensor(f"{block}.{name}.bias", np.zeros(hidden, np.float32))
-        writer.add_tensor(f"{block}.attn_out.weight", weights(hidden, hidden, encoder.residual_scale))
-        writer.add_tensor(f"{block}.attn_out.bias", np.zeros(hidden, np.float32))
-        writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden, 0.02))
-        writer.add_tensor(f"{block}.ffn_up.bias", np.zeros(ffn, np.float32))
-        writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden, ffn, encoder.residual_scale))
-        writer.add_tensor(f"{block}.ffn_down.bias", np.zeros(hidden, np.float32))
+    writer.add_tensor(f"{block}.attn_out.weight", weights(hidden, hidden, residual_scale))
+    writer.add_tensor(f"{block}.attn_out.bias", np.zeros(hidden, np.float32))
+    writer.add_tensor(f"{block}.ffn_up.weight", weights(ffn, hidden, 0.02))
+    writer.add_tensor(f"{block}.ffn_up.bias", np.zeros(ffn, np.float32))
+    writer.add_tensor(f"{block}.ffn_down.weight", weights(hidden, ffn, residual_scale))
+    writer.add_tensor(f"{block}.ffn_down.bias", np.zeros(hidden, np.float32))
 
 
 def png(rgb: tuple[int, int, int], width: int = IMAGE_SIZE, height: int = IMAGE_SIZE) -> bytes:

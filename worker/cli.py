@@ -18,7 +18,14 @@ from worker.cli_sections import OrderedGroup, SectionedCommand, SectionOption
 from worker.engine.host import DRAFT_MAX, bound_barrier_spins
 from worker.fields import MAX_DRAFT
 from worker.logs import configure as configure_logs
-from worker.settings import IMAGE_MAX_BYTES, IMAGE_MAX_PIXELS, MEDIA_FETCH_TIMEOUT, MEDIA_MAX_REDIRECTS, LoraRef
+from worker.settings import (
+    AUDIO_MAX_SECONDS,
+    IMAGE_MAX_BYTES,
+    IMAGE_MAX_PIXELS,
+    MEDIA_FETCH_TIMEOUT,
+    MEDIA_MAX_REDIRECTS,
+    LoraRef,
+)
 
 # Names only: worker.source loads its modules on first use, so --help imports neither numpy nor gguf.
 from worker.source.convert.types import OUTPUT_TYPES, QUANT_TYPES
@@ -268,11 +275,14 @@ def cli() -> None:
               "[default: file:// URLs refused]")
 @_option("--image-max-bytes", env="IMAGE_MAX_BYTES", section=SERVER, type=click.IntRange(min=1),
          default=IMAGE_MAX_BYTES, show_default=True, metavar="BYTES",
-         help="Largest image file a request may send or name (inline, URL or file).")
+         help="Largest image or audio file a request may send or name (inline, URL or file).")
 @_option("--image-max-pixels", env="IMAGE_MAX_PIXELS", section=SERVER, type=click.IntRange(min=1),
          default=IMAGE_MAX_PIXELS, show_default=True, metavar="PIXELS",
          help="Largest image (width x height, read from its header before decoding): a small file can claim "
               "gigapixels, and decoding allocates what it claims.")
+@_option("--audio-max-seconds", env="AUDIO_MAX_SECONDS", section=SERVER, type=click.FloatRange(min=0, min_open=True),
+         default=AUDIO_MAX_SECONDS, show_default=True, metavar="SECONDS",
+         help="Longest audio clip a request may send, once decoded (an audio projector's --mmproj).")
 @_option("--api-key", env="API_KEY", section=SERVER, default=None,
          help="Bearer token every route but /health requires (LLORCH_API_TOKEN is accepted too).")
 @_log_format

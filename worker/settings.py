@@ -25,6 +25,8 @@ ORCH_TOKEN_ENV = "LLORCH_API_TOKEN"  # the pool manager's shared bearer token
 IMAGE_MAX_BYTES = 20 * 2**20  # OpenAI's limit for one image
 # 40 MP: a 3 bytes-a-pixel decode of 120 MB before mtmd resizes it to the projector's size; a phone photo is 12-50 MP.
 IMAGE_MAX_PIXELS = 40_000_000
+# 10 minutes: twenty of Whisper's 30-second windows, each a few hundred prompt tokens (docs/api.md, "Audio").
+AUDIO_MAX_SECONDS = 600.0
 MEDIA_FETCH_TIMEOUT = 10.0  # seconds for one image URL, as llama-server's
 MEDIA_MAX_REDIRECTS = 3  # a CDN's redirect or two; a chain past it is refused rather than followed on
 
@@ -47,6 +49,7 @@ class MediaSettings:
     fetch_urls: bool = False  # http(s) image URLs, fetched by the worker
     fetch_timeout: float = MEDIA_FETCH_TIMEOUT  # seconds for one URL, redirects and body included
     media_path: Path | None = None  # file:// URLs read only under this folder (resolved); None: refused
+    max_audio_seconds: float = AUDIO_MAX_SECONDS  # a clip's length once decoded (its bytes: max_bytes)
 
 
 @dataclass(frozen=True)
@@ -134,7 +137,8 @@ def settings_from_flags(flags: dict) -> Settings:
         lora_init_without_apply=flags["lora_init_without_apply"],
         media=MediaSettings(flags["image_max_bytes"], flags["image_max_pixels"], flags["media_urls"],
                             flags["media_fetch_timeout"],
-                            flags["media_path"].resolve() if flags["media_path"] else None),
+                            flags["media_path"].resolve() if flags["media_path"] else None,
+                            flags["audio_max_seconds"]),
     )
 
 

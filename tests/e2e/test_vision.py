@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WorkerProcess, start_worker
+from tests.helpers import ask_chat
 from tests.vision_helpers import (
     COLOURS,
     IMAGE_TOKENS,
@@ -43,9 +44,7 @@ def vision(projector: Path, tmp_path_factory: pytest.TempPathFactory):
 
 
 async def ask(http, worker: WorkerProcess, messages: list[dict], **fields) -> tuple[int, dict]:
-    body = {"messages": messages, "max_tokens": 12, "temperature": 0, **fields}
-    async with http.post(worker.url + CHAT, json=body) as response:
-        return response.status, await response.json()
+    return await ask_chat(http, worker.url, messages, **fields)
 
 
 async def test_models_and_health_say_the_worker_reads_images(http, vision):

@@ -6,9 +6,9 @@ prompt, the tool calls' grammar and triggers, the answer's reader."""
 from __future__ import annotations
 
 from worker.api.generation_fields import ChatRequest
-from worker.api.images import ImageInput
+from worker.api.images import AudioInput, ImageInput
 from worker.api.media_links import read_links
-from worker.engine import Chat, Image
+from worker.engine import Chat, Media
 from worker.settings import MediaSettings
 
 
@@ -24,12 +24,14 @@ def as_chat(chat: ChatRequest) -> Chat:
                 reasoning_effort=chat.reasoning_effort, reasoning_format=chat.reasoning_format)
 
 
-async def chat_images(chat: ChatRequest, media: MediaSettings) -> tuple[Image, ...]:
-    """The chat's images, in the order of their markers, each link read first."""
+async def chat_images(chat: ChatRequest, media: MediaSettings) -> tuple[Media, ...]:
+    """The chat's images and clips, in the order of their markers, each link read first."""
     if not chat.images:
         return ()
-    return tuple(_image(image) for image in await read_links(chat.images, media))
+    return tuple(_media(item, media) for item in await read_links(chat.images, media))
 
 
-def _image(image: ImageInput) -> Image:
-    return Image(image.data, image.field, f"{image.width} x {image.height}")
+def _media(item: ImageInput | AudioInput, media: MediaSettings) -> Media:
+    if isinstance(item, AudioInput):
+        return Media(item.data, item.field, f"a {item.format} file", "audio", media.max_audio_seconds)
+    return Media(item.data, item.field, f"{item.width} x {item.height}")

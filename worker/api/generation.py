@@ -13,13 +13,13 @@ from worker.api.chat_input import as_chat, chat_images
 from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.metrics import Metrics
 from worker.api.state import WorkerState
-from worker.engine import Event, Finished, GenerationInput, Image, Prepared, Prompt, RequestHandle, TokenEvent
+from worker.engine import Event, Finished, GenerationInput, Media, Prepared, Prompt, RequestHandle, TokenEvent
 
 log = structlog.get_logger("worker.request")
 
 
 def generation_input(worker: WorkerState, generation: Generation, prompt: Prompt, request_id: str, model: str | None,
-                     prompt_field: str, images: tuple[Image, ...] = ()) -> GenerationInput:
+                     prompt_field: str, images: tuple[Media, ...] = ()) -> GenerationInput:
     """A request read by its dialect, in the engine's terms. `model`: the name the request gave, which may be a LoRA
     adapter's (api/adapters.py); `prompt_field`: the request's field that holds the prompt."""
     adapters = worker.adapters.resolve(generation.lora, model)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from worker.api.images import ImageInput, ImageLink
+from worker.api.images import AudioInput, ImageInput, ImageLink
 from worker.api.problems import Reader
 from worker.api.tools.request import Tools
 from worker.engine import SamplingParams
@@ -54,7 +54,7 @@ class ChatRequest:
     reasoning_format: str | None = None  # llama-server's, for this request (None: --reasoning-format)
     # in prompt order: each stands at a MEDIA_MARKER in a message's content; links are read before the turn is
     # prepared (media_links.py), so that a prepared turn holds only ImageInputs
-    images: tuple[ImageInput | ImageLink, ...] = ()
+    images: tuple[ImageInput | ImageLink | AudioInput, ...] = ()  # and clips, in the order of their markers
     prompt_field: str = "messages"  # the field that holds the chat, as a refusal of the whole prompt names it
 
 

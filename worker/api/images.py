@@ -1,6 +1,6 @@
 """Images a request sends, inline (data: URLs, base64 blocks) or named by a URL the worker may read (media_links.py),
 checked by their header before a single pixel is decoded; URLs refused unless the worker was started to read them
-(docs/api.md, "Images by URL (off by default)").
+(docs/api.md, "Images by URL (off by default)"). And audio clips, sent inline as OpenAI's input_audio parts.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from worker.api.problems import Reader
-from worker.engine import Image
+from worker.engine import Media
 from worker.settings import MediaSettings
 
 FORMATS = "PNG, JPEG, GIF or BMP"
@@ -31,6 +31,16 @@ class ImageInput:
     data: bytes
     width: int
     height: int
+
+
+@dataclass(frozen=True)
+class AudioInput:
+    """One audio clip of a request, checked by its bytes and its format's header; its length is checked once
+    decoded (the served model's prepare), where its samples are."""
+
+    field: str
+    data: bytes
+    format: str  # as the request says it: wav, mp3 or flac
 
 
 @dataclass(frozen=True)
@@ -53,8 +63,52 @@ class MediaIntake:
         """Why an audio part is refused: libmtmd hears audio only through an audio projector, and none is loaded."""
         why = ("the loaded projector (--mmproj) is a vision projector and takes no audio" if "image" in self.modalities
                else "this worker serves its model with no projector (--mmproj)")
-        return (f"audio input is not supported: {why}; libmtmd reads audio only through an audio model's projector, "
-                "which this worker does not load yet")
+        return (f"audio input is not supported: {why}; serve an audio model with its projector (Ultravox, "
+                "Qwen2-Audio, Voxtral...) to send audio")
+
+
+AUDIO_FORMATS = ("wav", "mp3", "flac")
+AUDIO_PART = '{"type": "input_audio", "input_audio": {"data": BASE64, "format": "wav" or "mp3"}}'
+
+
+def audio_from_part(r: Reader, field: str, part: Any, media: MediaSettings) -> AudioInput | None:
+    """An input_audio part's {"data": base64, "format": ...}, its bytes within the limit and of the format it
+    names; None (and a problem) for anything else."""
+    if not isinstance(part, dict) or not isinstance(part.get("data"), str):
+        r.problem(field, AUDIO_PART, f"{field} must be {{\"data\": BASE64, \"format\": ...}}", _short(part))
+        return None
+    kind, text = part.get("format"), part["data"]
+    if kind not in AUDIO_FORMATS:
+        r.problem(f"{field}.format", f"one of {', '.join(AUDIO_FORMATS)}",
+                  f"{field}.format must be one of {', '.join(AUDIO_FORMATS)}", kind)
+        return None
+    if len(text) > media.max_bytes * 4 // 3 + 4:  # refused before decoding
+        too_big(r, f"{field}.data", f"{len(text) * 3 // 4} bytes", media, "clip")
+        return None
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        r.problem(f"{field}.data", "base64 audio data", f"{field}.data is not valid base64", _short(text))
+        return None
+    if len(data) > media.max_bytes:
+        too_big(r, f"{field}.data", f"{len(data)} bytes", media, "clip")
+        return None
+    if audio_format(data) != kind:
+        r.problem(f"{field}.data", f"a {kind} file", f"{field}.data is not a {kind} file (its first bytes are "
+                  f"{data[:8]!r})", len(data))
+        return None
+    return AudioInput(field, data, kind)
+
+
+def audio_format(data: bytes) -> str | None:
+    """wav, mp3 or flac by the file's first bytes (an MP3 may start with its ID3 tag or a frame's sync bits)."""
+    if data[:4] == b"RIFF" and data[8:12] == b"WAVE":
+        return "wav"
+    if data[:3] == b"ID3" or (len(data) > 1 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0):
+        return "mp3"
+    if data[:4] == b"fLaC":
+        return "flac"
+    return None
 
 
 def image_from_url(r: Reader, field: str, url: Any, media: MediaSettings) -> ImageInput | ImageLink | None:
@@ -98,9 +152,10 @@ def image_from_base64(r: Reader, field: str, text: Any, media: MediaSettings) ->
     return checked_image(r, field, data, media)
 
 
-def too_big(r: Reader, field: str, size: str, media: MediaSettings) -> None:
-    """An image over the byte limit; `size` says how big it is, or how much was read before reading stopped."""
-    r.problem(field, f"at most {media.max_bytes} bytes", f"{field}: the image is {size}, over the limit of "
+def too_big(r: Reader, field: str, size: str, media: MediaSettings, what: str = "image") -> None:
+    """An image (or clip) over the byte limit; `size` says how big it is, or how much was read before reading
+    stopped."""
+    r.problem(field, f"at most {media.max_bytes} bytes", f"{field}: the {what} is {size}, over the limit of "
               f"{media.max_bytes} bytes; --image-max-bytes raises it", media.max_bytes)
 
 
@@ -128,7 +183,7 @@ def checked_image(r: Reader, field: str, data: bytes, media: MediaSettings) -> I
 
 def without_marker(text: str) -> str:
     """A text part as the prompt may hold it: the image marker only where the worker put an image."""
-    return text.replace(Image.MARKER, "")
+    return text.replace(Media.MARKER, "")
 
 
 def image_size(data: bytes) -> tuple[int, int] | None:

@@ -10,24 +10,26 @@ from urllib.parse import unquote
 
 import aiohttp
 
-from worker.api.images import ImageInput, ImageLink, checked_image, too_big
+from worker.api.images import AudioInput, ImageInput, ImageLink, checked_image, too_big
 from worker.api.problems import Reader
 from worker.settings import MEDIA_MAX_REDIRECTS, MediaSettings
 
 _CHUNK = 64 * 1024
 
 
-async def read_links(images: tuple[ImageInput | ImageLink, ...], media: MediaSettings) -> tuple[ImageInput, ...]:
-    """`images` with each link read and checked; InvalidRequest listing every link that could not be had."""
-    ready = tuple(image for image in images if isinstance(image, ImageInput))
+async def read_links(images: tuple[ImageInput | ImageLink | AudioInput, ...],
+                     media: MediaSettings) -> tuple[ImageInput | AudioInput, ...]:
+    """`images` (and clips) with each link read and checked; InvalidRequest listing every link that could not be
+    had."""
+    ready = tuple(image for image in images if not isinstance(image, ImageLink))
     if len(ready) == len(images):  # no links: no session
         return ready
     r = Reader({})
     timeout = aiohttp.ClientTimeout(total=media.fetch_timeout)
     async with aiohttp.ClientSession(timeout=timeout) as session:
 
-        async def read(image: ImageInput | ImageLink) -> ImageInput | None:
-            if isinstance(image, ImageInput):
+        async def read(image: ImageInput | ImageLink | AudioInput) -> ImageInput | AudioInput | None:
+            if not isinstance(image, ImageLink):
                 return image
             is_file = image.url.startswith("file://")
             data = await (_file(r, image, media) if is_file else _fetch(r, session, image, media))

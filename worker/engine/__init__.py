@@ -27,8 +27,8 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
     from worker.engine.errors import Refused as Refused
     from worker.engine.handle import RequestHandle as RequestHandle
     from worker.engine.inputs import GenerationInput as GenerationInput
-    from worker.engine.inputs import Image as Image
     from worker.engine.inputs import Infill as Infill
+    from worker.engine.inputs import Media as Media
     from worker.engine.inputs import Prepared as Prepared
     from worker.engine.inputs import Prompt as Prompt
     from worker.engine.pooling.embeddings import Vector as Vector
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # the same names, as type checkers see them (through __getatt
 __getattr__ = exports(__name__, {
     # the loaded model, a request's input and the engine's requests prepared of it
     "ServedModel": "serving.served_model", "GenerationInput": "inputs", "Prompt": "inputs", "Chat": "requests",
-    "Infill": "inputs", "ExtraFile": "requests", "Image": "inputs",
+    "Infill": "inputs", "ExtraFile": "requests", "Media": "inputs",
     "SamplingParams": "requests", "AdapterSet": "requests", "Lora": "config", "Prepared": "inputs",
     # what a submitted request gives back: its handle, its events, its answer read in the chat's format
     "RequestHandle": "handle", "Event": "requests", "TokenEvent": "requests", "TokenLogprob": "requests",

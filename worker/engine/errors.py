@@ -70,8 +70,9 @@ class EmptyPrompt(Refused):
         super().__init__([Problem(field, "at least one token", message)])
 
 
-class ImageUnreadable(ValueError):
-    """Bytes that did not decode as an image (stb_image: jpg, png, bmp, gif...), or images mtmd could not tokenize."""
+class MediaUnreadable(ValueError):
+    """Bytes that did not decode as the image (stb_image: jpg, png, bmp, gif...) or the audio clip (miniaudio: wav,
+    mp3, flac) they were sent as, or media mtmd could not tokenize."""
 
 
 class QueueFull(Exception):

@@ -27,17 +27,20 @@ class Infill:
 
 
 @dataclass(frozen=True)
-class Image:
-    """An image a chat holds, at one of its MARKERs, as the request sent it."""
+class Media:
+    """An image or an audio clip a chat holds, at one of its MARKERs, as the request sent it (its file's bytes:
+    libmtmd decodes PNG, JPEG, GIF and BMP images, WAV, MP3 and FLAC audio)."""
 
-    MARKER: ClassVar[str] = MEDIA_MARKER  # where a chat's text holds an image, one marker an image
+    MARKER: ClassVar[str] = MEDIA_MARKER  # where a chat's text holds an image or a clip, one marker each
     data: bytes
     field: str  # where the request holds it: a refusal names it
     size: str = ""  # what its header says of its size ("640 x 480"), for a refusal to name
+    kind: str = "image"  # or "audio"
+    max_seconds: float | None = None  # audio: the longest clip the request may send, checked once decoded
 
 
-# A chat (images at its MEDIA_MARKERs), a fill-in-the-middle, text (tokenized with BOS where the model asks for one),
-# or token ids as the client sent them.
+# A chat (images and clips at its MEDIA_MARKERs), a fill-in-the-middle, text (tokenized with BOS where the model asks
+# for one), or token ids as the client sent them.
 Prompt = Chat | Infill | str | tuple[int, ...]
 
 
@@ -51,7 +54,7 @@ class GenerationInput:
     logprobs: int | None = None  # None: none; k: each token's logprob and its k best alternatives
     scores_prompt: bool = False  # the prompt's tokens get their logprobs too (echo with logprobs)
     adapters: AdapterSet = NO_ADAPTERS
-    images: tuple[Image, ...] = ()  # a chat's, one for each MEDIA_MARKER in its messages, in order
+    images: tuple[Media, ...] = ()  # a chat's images and clips, one for each MEDIA_MARKER in its messages, in order
     request_id: str = ""
     timeout_s: float | None = None
     prompt_field: str = "messages"  # the request's field that holds the prompt, as a refusal names it

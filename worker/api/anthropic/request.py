@@ -16,7 +16,7 @@ from worker.api.generation_fields import MAX_STOP_BYTES, MAX_STOP_STRINGS, ChatR
 from worker.api.images import NO_FETCH, ImageInput, image_from_base64, without_marker
 from worker.api.problems import Reader
 from worker.api.reasoning_budgets import thinking_budget
-from worker.engine import Image, SamplingParams
+from worker.engine import Media, SamplingParams
 from worker.fields import ANTHROPIC_SAMPLING
 from worker.settings import MediaSettings
 
@@ -182,7 +182,7 @@ def _user_turn(blocks: list[Block]) -> list[Message]:
             turn.append({"role": "tool", "tool_call_id": block["tool_use_id"], "content": _result(block)})
         else:
             # An image stands in the text as the marker the projector replaces (api/images.py).
-            text = Image.MARKER if block["type"] == "image" else without_marker(block["text"])
+            text = Media.MARKER if block["type"] == "image" else without_marker(block["text"])
             if turn and turn[-1]["role"] == "user":
                 turn[-1]["content"] += text
             else:

@@ -35,7 +35,8 @@ def described(worker: WorkerState, served: ServedModel) -> dict[str, Any]:
         "model_alias": worker.model_id,
         "model_path": str(facts.path),
         # Images with a projector (--mmproj); audio and video are refused.
-        "modalities": {"vision": "image" in prompts.input_modalities, "audio": False, "video": False},
+        "modalities": {"vision": "image" in prompts.input_modalities, "audio": "audio" in prompts.input_modalities,
+                       "video": False},
         "chat_template": prompts.template_source or "",
         # What llama.cpp's Jinja engine finds the template does (supports_tools, supports_tool_calls, ...).
         "chat_template_caps": prompts.chat.caps,

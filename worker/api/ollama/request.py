@@ -17,7 +17,7 @@ from worker.api.problems import Reader
 from worker.api.reasoning_budgets import EFFORT_BUDGETS
 from worker.api.structured import checked_schema
 from worker.api.tools.request import read_tools
-from worker.engine import Image, SamplingParams
+from worker.engine import Media, SamplingParams
 from worker.schema_grammar import object_grammar
 from worker.settings import MediaSettings
 
@@ -177,7 +177,7 @@ def _messages(r: Reader, media: MediaSettings) -> tuple[list[dict[str, Any]], li
         tool_name, thinking = text(nested, "tool_name"), text(nested, "thinking")
         r.problems += [replace(p, field=f"{field}.{p.field}", message=f"{field}.{p.message}") for p in nested.problems]
         made = _checked_calls(r, field, message.get("tool_calls"))
-        content = Image.MARKER * len(pictures) + without_marker(content)
+        content = Media.MARKER * len(pictures) + without_marker(content)
         if role == "assistant":
             messages.append({"role": role, "content": content, **calls.made(made),
                              **({"reasoning_content": thinking} if thinking else {})})
@@ -262,6 +262,6 @@ def parse_generate(body: dict[str, Any], model: Model) -> OllamaRequest:
                   "prompt would need the chat template; send raw: false, or write them into the prompt", True)
     r.done()
     messages = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": Image.MARKER * len(images) + without_marker(prompt or "")})
+    messages.append({"role": "user", "content": Media.MARKER * len(images) + without_marker(prompt or "")})
     chat = ChatRequest(name, messages, generation, reasoning_effort=effort, images=tuple(images))
     return OllamaRequest(chat, raw, options.num_ctx, not prompt)

@@ -19,12 +19,20 @@ from worker.api.generation_fields import (
     read_sampling,
     read_template_kwargs,
 )
-from worker.api.images import ImageInput, ImageLink, MediaIntake, image_from_url, without_marker
+from worker.api.images import (
+    AudioInput,
+    ImageInput,
+    ImageLink,
+    MediaIntake,
+    audio_from_part,
+    image_from_url,
+    without_marker,
+)
 from worker.api.problems import Reader, integral
 from worker.api.reasoning_budgets import effort_budget
 from worker.api.structured import openai_grammar
 from worker.api.tools.request import history_fields, read_tools
-from worker.engine import Image, SamplingParams
+from worker.engine import Media, SamplingParams
 from worker.fields import OPENAI_SAMPLING
 
 ROLES = ("system", "developer", "user", "assistant", "tool")  # chat message roles, as OpenAI's
@@ -129,14 +137,15 @@ def _logit_bias(r: Reader, n_vocab: int) -> dict[int, float]:
     return biases
 
 
-CONTENT_FORMS = "a string or a list of text and image_url parts"
+CONTENT_FORMS = "a string or a list of text, image_url and input_audio parts"
 
 
-def _content(r: Reader, index: int, content: Any, images: list[ImageInput | ImageLink],
+def _content(r: Reader, index: int, content: Any, media: list[ImageInput | ImageLink | AudioInput],
              intake: MediaIntake) -> str | None:
-    """OpenAI content: a string, or a list of {"type": "text", "text": ...} and {"type": "image_url", "image_url":
-    {"url": "data:..."}} parts. An image becomes the marker the projector replaces, its bytes (or the URL it is read
-    from) added to `images`; an input_audio part is refused, saying why."""
+    """OpenAI content: a string, or a list of {"type": "text", "text": ...}, {"type": "image_url", "image_url":
+    {"url": "data:..."}} and {"type": "input_audio", "input_audio": {"data": ..., "format": "wav"}} parts. An image
+    or a clip becomes the marker the projector replaces, its bytes (or the URL an image is read from) added to
+    `media`; a clip the model cannot hear is refused, saying why."""
     where = f"messages[{index}].content"
     if isinstance(content, str):
         return without_marker(content)
@@ -151,14 +160,20 @@ def _content(r: Reader, index: int, content: Any, images: list[ImageInput | Imag
         elif kind == "image_url" and isinstance(part.get("image_url"), dict):
             image = image_from_url(r, f"{where}[{i}].image_url.url", part["image_url"].get("url"), intake.settings)
             if image is not None:
-                images.append(image)
-                pieces.append(Image.MARKER)
-        elif kind == "input_audio":
+                media.append(image)
+                pieces.append(Media.MARKER)
+        elif kind == "input_audio" and "audio" not in intake.modalities:
             r.problem(f"{where}[{i}]", "a text or image_url part", f"{where}[{i}]: {intake.no_audio()}", kind)
+        elif kind == "input_audio":
+            clip = audio_from_part(r, f"{where}[{i}].input_audio", part.get("input_audio"), intake.settings)
+            if clip is not None:
+                media.append(clip)
+                pieces.append(Media.MARKER)
         else:
-            r.problem(f"{where}[{i}]", "a text or image_url part", "each content part must be {\"type\": \"text\", "
-                      "\"text\": ...} or {\"type\": \"image_url\", \"image_url\": {\"url\": \"data:...\"}}",
-                      kind)
+            r.problem(f"{where}[{i}]", "a text, image_url or input_audio part", "each content part must be "
+                      "{\"type\": \"text\", \"text\": ...}, {\"type\": \"image_url\", \"image_url\": {\"url\": "
+                      "\"data:...\"}} or {\"type\": \"input_audio\", \"input_audio\": {\"data\": ..., \"format\": "
+                      "\"wav\"}}", kind)
     return "".join(pieces)
 
 
@@ -170,7 +185,7 @@ def parse_chat(body: dict[str, Any], n_vocab: int, defaults: SamplingParams = Sa
     model = r.string("model")
     raw = r.body.get("messages")
     messages = []
-    images: list[ImageInput | ImageLink] = []
+    images: list[ImageInput | ImageLink | AudioInput] = []
     if not isinstance(raw, list) or not raw:
         r.problem("messages", "a non-empty list", "messages must be a non-empty list of {role, content}", raw)
     else:

@@ -55,7 +55,7 @@ _PROGRESS_EVENT = {"type": "object", "required": ["stage", "done", "total"],
 _HEALTH = {"description": "healthy", **json_body({"type": "object", "properties": {
     "status": {"type": "string"}, "vram_bytes": {"type": "integer"},
     "cache_ram_limit_bytes": COUNT, "cache_ram_bytes": COUNT,
-    "input_modalities": {"type": "array", "items": {"enum": ["text", "image"]}},
+    "input_modalities": {"type": "array", "items": {"enum": ["text", "image", "audio"]}},
     "exactness": {"type": "object", "properties": {
         "prefix_cache": {"enum": ["exact", "fast", "off"]},
         "library": {"enum": ["default", "batch-invariant", "LLAMA_CPP_LIB_PATH"]},

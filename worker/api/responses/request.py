@@ -161,21 +161,32 @@ def _input(r: Reader, raw: Any, fields: dict[int, int], offset: int) -> list[Mes
 
 def _content(r: Reader, field: str, content: Any, images: bool = False) -> str | list[dict[str, Any]] | None:
     """Text, or a list of text parts joined (input_text, output_text); with `images` (a message's content), a list
-    that holds input_image parts too becomes chat content parts, whose images the chat reader reads. Other parts
-    (files, audio) are refused."""
+    that holds input_image or input_audio parts too becomes chat content parts, whose images and clips the chat
+    reader reads. Other parts (files) are refused."""
     if isinstance(content, str):
         return content
     parts = content if isinstance(content, list) and all(isinstance(p, dict) for p in content) else None
     texts = [isinstance(p.get("text"), str) for p in parts or [] if p.get("type") in _TEXT_PARTS]
-    n_images = sum(p.get("type") == "input_image" for p in parts or []) if images else 0
-    if parts is not None and all(texts) and len(texts) + n_images == len(parts):  # [] is "", as before images
-        if not n_images:
+    n_media = sum(p.get("type") in _MEDIA_PARTS for p in parts or []) if images else 0
+    if parts is not None and all(texts) and len(texts) + n_media == len(parts):  # [] is "", as before images
+        if not n_media:
             return "".join(p["text"] for p in parts)
-        return [{"type": "text", "text": p["text"]} if p["type"] in _TEXT_PARTS
-                else {"type": "image_url", "image_url": {"url": p.get("image_url")}} for p in parts]
-    kinds = "input_text and input_image parts" if images else "input_text parts"
+        return [_chat_part(p) for p in parts]
+    kinds = "input_text, input_image and input_audio parts" if images else "input_text parts"
     r.problem(field, f"a string or a list of {kinds}", f"{field} must be a string or a list of {kinds}", content)
     return None
+
+
+_MEDIA_PARTS = ("input_image", "input_audio")
+
+
+def _chat_part(part: dict[str, Any]) -> dict[str, Any]:
+    """A Responses content part as chat's: text, an image_url, or the input_audio part as it is."""
+    if part["type"] in _TEXT_PARTS:
+        return {"type": "text", "text": part["text"]}
+    if part["type"] == "input_image":
+        return {"type": "image_url", "image_url": {"url": part.get("image_url")}}
+    return {"type": "input_audio", "input_audio": part.get("input_audio")}
 
 
 def _call(r: Reader, field: str, item: dict[str, Any]) -> dict[str, Any] | None:

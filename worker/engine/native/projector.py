@@ -9,11 +9,12 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
+import gguf
 import llama_cpp
 import structlog
 from llama_cpp import mtmd_cpp as mtmd
 
-from worker.engine.errors import ImageUnreadable
+from worker.engine.errors import MediaUnreadable
 from worker.engine.media import MEDIA_MARKER, MediaPrompt, MediaSpan, stand_ins
 from worker.engine.native import llama_log
 from worker.engine.native.model import GGUF_MAGIC, LlamaModel
@@ -21,17 +22,19 @@ from worker.worker_error import WorkerError
 
 log = structlog.get_logger(__name__)
 
-CHUNK_TEXT, CHUNK_IMAGE, CHUNK_AUDIO = 0, 1, 2  # mtmd_input_chunk_type
+CHUNK_TEXT = 0  # mtmd_input_chunk_type; the others are an image's (1) and a clip's (2)
 
 
 @dataclass(eq=False)
 class Bitmap:
-    """A decoded image, owned: RGB pixels and the hash the cache keys it by."""
+    """A decoded image (RGB pixels) or audio clip (float samples at the projector's rate), owned, and the hash the
+    cache keys it by."""
 
     handle: int
-    width: int
-    height: int
-    id: bytes  # what mtmd keeps with the image's chunks: its pixels' hash, in hex
+    width: int  # an image's; a clip's samples
+    height: int  # an image's; 1 for a clip
+    id: bytes  # what mtmd keeps with the media's chunks: its pixels' or samples' hash, in hex
+    audio: bool = False
 
     def __post_init__(self) -> None:
         weakref.finalize(self, mtmd.mtmd_bitmap_free, self.handle)
@@ -70,38 +73,54 @@ class Projector:
 
     @property
     def input_modalities(self) -> tuple[str, ...]:
-        """As llama-server's /v1/models says them; audio is refused by the API for now (it takes images)."""
-        return ("text",) + (("image",) if self.vision else ())
+        """As llama-server's /v1/models says them."""
+        return ("text",) + (("image",) if self.vision else ()) + (("audio",) if self.audio else ())
 
-    # What the engine cannot drive yet is refused at load, each with its reason: audio, M-RoPE positions (an image
-    # takes fewer positions than tokens), non-causal image attention (a whole image in one llama_decode, which the
-    # scheduler's aligned chunks would cut), and image markers the vocabulary lacks (mtmd would hand the model -1).
+    @property
+    def sample_rate(self) -> int:
+        """The rate a clip is decoded at (16,000 for Whisper's encoders): its samples over this are its seconds."""
+        return mtmd.mtmd_get_audio_sample_rate(self.ctx)
+
+    # What the engine cannot drive yet is refused at load, each with its reason: M-RoPE positions (an image takes
+    # fewer positions than tokens), non-causal attention (a whole image or clip in one llama_decode, which the
+    # scheduler's aligned chunks would cut), and marker tokens the vocabulary lacks (mtmd would hand the model -1).
     def _check_drivable(self, model: LlamaModel) -> None:
         where = f"--mmproj {self.path}"
-        if not self.vision:
-            raise WorkerError(f"{where} is an audio projector; this worker reads images only so far")
         if mtmd.mtmd_decode_use_mrope(self.ctx):
             raise WorkerError(f"{where} places images by M-RoPE (Qwen2-VL style), which this worker does not drive "
                               "yet: an image's positions are not its tokens")
-        black = (ctypes.c_uint8 * 3)()
-        probe = self.tokenize(MEDIA_MARKER, [_hashed(mtmd.mtmd_bitmap_init(1, 1, black))], add_special=False)
-        span = probe.spans[0]
-        if mtmd.mtmd_decode_use_non_causal(self.ctx, span.chunk):
-            raise WorkerError(f"{where} decodes images with non-causal attention (Gemma 3 style), which needs a "
-                              "whole image in one llama_decode; this worker does not drive that yet")
-        if any(token == llama_cpp.LLAMA_TOKEN_NULL for token in probe.tokens):
-            raise WorkerError(f"{where} wraps images in marker tokens that {model.path.name}'s vocabulary lacks: "
-                              "it is a projector for another model (SmolVLM's idefics3 projector beside plain "
-                              "SmolLM2, say)")
+        if self.audio and (why := _aborting_stack(self.path)):
+            raise WorkerError(f"{where}: {why}")
+        probes = []
+        if self.vision:
+            black = (ctypes.c_uint8 * 3)()
+            probes.append(("images", _hashed(mtmd.mtmd_bitmap_init(1, 1, black))))
+        if self.audio:
+            silence = (ctypes.c_float * self.sample_rate)()
+            probes.append(("audio", _hashed(mtmd.mtmd_bitmap_init_from_audio(self.sample_rate, silence), audio=True)))
+        for kind, bitmap in probes:
+            probe = self.tokenize(MEDIA_MARKER, [bitmap], add_special=False)
+            if mtmd.mtmd_decode_use_non_causal(self.ctx, probe.spans[0].chunk):
+                raise WorkerError(f"{where} decodes {kind} with non-causal attention (Gemma 3 style), which needs "
+                                  "a whole image in one llama_decode; this worker does not drive that yet")
+            if any(token == llama_cpp.LLAMA_TOKEN_NULL for token in probe.tokens):
+                raise WorkerError(f"{where} wraps {kind} in marker tokens that {model.path.name}'s vocabulary "
+                                  "lacks: it is a projector for another model (SmolVLM's idefics3 projector beside "
+                                  "plain SmolLM2, say)")
 
-    def decode_image(self, data: bytes) -> Bitmap:
-        """The image's pixels, hashed (thread-safe). Raises ImageUnreadable. The caller checks sizes first: stb_image
-        decodes whatever dimensions a header claims."""
+    def decode(self, data: bytes, audio: bool) -> Bitmap:
+        """An image's pixels or an audio clip's samples, hashed (thread-safe). Raises MediaUnreadable, also for
+        bytes of the other kind. The caller checks an image's size first: stb_image decodes whatever dimensions a
+        header claims."""
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         handle = mtmd.mtmd_helper_bitmap_init_from_buf(self.ctx, buf, len(data), False)
+        if handle and bool(mtmd.mtmd_bitmap_is_audio(handle)) != audio:
+            mtmd.mtmd_bitmap_free(handle)
+            handle = None
         if not handle:
-            raise ImageUnreadable("the bytes are not an image stb_image decodes (jpg, png, bmp, gif, ...)")
-        return _hashed(handle)
+            raise MediaUnreadable("the bytes are not an audio clip miniaudio decodes (wav, mp3, flac)" if audio else
+                                  "the bytes are not an image stb_image decodes (jpg, png, bmp, gif, ...)")
+        return _hashed(handle, audio)
 
     def tokenize(self, text: str, bitmaps: list[Bitmap], add_special: bool) -> MediaPrompt:
         """The prompt's tokens, each MEDIA_MARKER in `text` replaced by its bitmap's chunk (in order)."""
@@ -112,7 +131,7 @@ class Projector:
         try:
             status = mtmd.mtmd_tokenize(self.ctx, chunks, ctypes.byref(source), handles, len(bitmaps))
             if status != 0:  # 1: markers and bitmaps differ in number; 2: an image failed preprocessing
-                raise ImageUnreadable(f"mtmd could not tokenize the prompt's images (status {status}): "
+                raise MediaUnreadable(f"mtmd could not tokenize the prompt's media (status {status}): "
                                       f"{llama_log.last_error('see the worker log')}")
             return self._read_chunks(chunks)
         finally:
@@ -130,10 +149,9 @@ class Projector:
                 ids = mtmd.mtmd_input_chunk_get_tokens_text(chunk, ctypes.byref(n))
                 tokens.extend(ids[:n.value])
                 continue
-            if kind != CHUNK_IMAGE:
-                raise ImageUnreadable("mtmd made an audio chunk of an image")
-            # An image may become several chunks (a tiled image's slices), all with its bitmap's id: each piece
-            # gets stand-ins of its own, from the pixels' hash and its place among the pieces of that id.
+            # An image may become several chunks (a tiled image's slices), a clip one a 30-second window (Whisper's),
+            # all with its bitmap's id: each piece gets stand-ins of its own, from the hash and its place among the
+            # pieces of that id.
             chunk_id = mtmd.mtmd_input_chunk_get_id(chunk) or b""
             last_id, piece = chunk_id, (piece + 1 if chunk_id == last_id else 0)
             key = int(chunk_id or b"0", 16) + 7919 * piece
@@ -162,16 +180,40 @@ class Projector:
             self.ctx = None
 
 
-def _hashed(handle: int) -> Bitmap:
-    """The bitmap, its id set to its pixels' hash, not the file's (the helper's): the same picture in another
-    format or with other metadata is the same image to the cache."""
+def _hashed(handle: int, audio: bool = False) -> Bitmap:
+    """The bitmap, its id set to its pixels' (or samples') hash, not the file's (the helper's): the same picture in
+    another format or with other metadata is the same image to the cache, and a clip likewise."""
     width, height = mtmd.mtmd_bitmap_get_nx(handle), mtmd.mtmd_bitmap_get_ny(handle)
     pixels = ctypes.string_at(mtmd.mtmd_bitmap_get_data(handle), mtmd.mtmd_bitmap_get_n_bytes(handle))
-    digest = hashlib.blake2b(pixels, digest_size=8, person=b"llm-img")
+    digest = hashlib.blake2b(pixels, digest_size=8, person=b"llm-aud" if audio else b"llm-img")
     digest.update(width.to_bytes(4, "little"))  # a 2x3 and a 3x2 image of one colour share their pixel bytes
     key = digest.hexdigest().encode()
     mtmd.mtmd_bitmap_set_id(handle, key)
-    return Bitmap(handle, width, height, key)
+    return Bitmap(handle, width, height, key, audio)
+
+
+def _aborting_stack(path: Path) -> str | None:
+    """Why llama.cpp would abort the process on this audio projector's first clip, or None. clip.cpp counts a
+    30-second window's tokens as 3000 frames stacked, then halved by the Whisper convolution and by the average pool
+    (clip_n_output_tokens), while its graph pools the 1500 frames to 750 first and pads those to the stack: where the
+    stack factor does not divide both alike (4, Voxtral's own; 7, 8, 9) clip_encode calls GGML_ABORT."""
+    reader = gguf.GGUFReader(path)
+
+    def value(key: str) -> object:
+        field = reader.fields.get(key)
+        return field.contents() if field is not None else None
+
+    kind = value("clip.audio.projector_type") or value("clip.projector_type")
+    stack = value("clip.audio.projector.stack_factor")
+    if kind != "voxtral" or not isinstance(stack, int) or stack <= 0:
+        return None
+    counted = -(-3000 // stack) // 2 // 2
+    built = -(-750 // stack)
+    if counted == built:
+        return None
+    return (f"its Voxtral stack factor {stack} makes llama.cpp count {counted} tokens a 30-second window and build "
+            f"{built}, which aborts the process on the first clip (an upstream bug in the llama.cpp this worker "
+            "links); a projector with a factor that divides both alike (2, 3, 5, 6, 10) loads")
 
 
 def _check_file(path: Path) -> None:

@@ -17,8 +17,8 @@ import structlog
 
 from worker.engine.answer import Answers, PlainText
 from worker.engine.constraints.grammar import grammar_problem
-from worker.engine.errors import ContextLengthExceeded, EmptyPrompt, ImageUnreadable, NoInfill, Refused
-from worker.engine.inputs import GenerationInput, Image, Infill, Prepared
+from worker.engine.errors import ContextLengthExceeded, EmptyPrompt, MediaUnreadable, NoInfill, Refused
+from worker.engine.inputs import GenerationInput, Infill, Media, Prepared
 from worker.engine.native.projector import Bitmap
 from worker.engine.requests import Chat, ChatPrompt, Request, SamplingParams
 from worker.engine.serving.facts import ModelFacts
@@ -31,6 +31,16 @@ log = structlog.get_logger(__name__)  # its lines carry the request id (api/app.
 # fit and is refused without the work of tokenizing it.
 MAX_CHARS_PER_TOKEN = 32
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
+
+
+def _not_taken(item: Media, takes: tuple[str, ...]) -> Problem:
+    """An image or clip the served model does not take: it has no projector, or one for the other kind."""
+    if takes == ("text",):
+        return Problem(item.field, "a model with a projector", f"{item.field}: this worker serves its model for text "
+                       "only; start it with --mmproj PATH (the model's projector, mmproj-*.gguf) to send "
+                       + ("audio" if item.kind == "audio" else "images"))
+    return Problem(item.field, f"a model that takes {item.kind}", f"{item.field}: this model's projector (--mmproj) "
+                   f"takes {' and '.join(takes[1:])}, not {item.kind}")
 
 
 class InputProcessor:
@@ -167,20 +177,28 @@ class InputProcessor:
             return messages
         return tuple(_with_mistral_ids(message) for message in messages)
 
-    def _decoded(self, images: tuple[Image, ...]) -> list[Bitmap]:
-        """Each image's pixels (hashed for the prefix cache); Refused listing every image that cannot be had."""
-        if not self._prompts.reads_images:
-            raise Refused([Problem(image.field, "a model with a projector", f"{image.field}: this worker serves its "
-                                   "model for text only; start it with --mmproj PATH (the model's projector, "
-                                   "mmproj-*.gguf) to send images") for image in images])
-        bitmaps, problems = [], []
-        for image in images:
+    def _decoded(self, media: tuple[Media, ...]) -> list[Bitmap]:
+        """Each image's pixels and clip's samples (hashed for the prefix cache); Refused listing every one that
+        cannot be had: of a kind the model does not take, unreadable, or a clip over its limit."""
+        takes = self._prompts.input_modalities
+        if refused := [item for item in media if item.kind not in takes]:
+            raise Refused([_not_taken(item, takes) for item in refused])
+        bitmaps: list[Bitmap] = []
+        problems: list[Problem] = []
+        for item in media:
             try:
-                bitmaps.append(self._prompts.decode_image(image.data))
-            except ImageUnreadable as why:
-                size = f"{image.size} by its header, " if image.size else ""
-                problems.append(Problem(image.field, "a decodable image",
-                                        f"{image.field}: {why} ({size}{len(image.data)} bytes)"))
+                bitmap = self._prompts.decode(item.data, item.kind == "audio")
+            except MediaUnreadable as why:
+                size = f"{item.size} by its header, " if item.size else ""
+                problems.append(Problem(item.field, f"a decodable {item.kind}",
+                                        f"{item.field}: {why} ({size}{len(item.data)} bytes)"))
+                continue
+            seconds = bitmap.width / self._prompts.sample_rate if bitmap.audio else 0.0
+            if item.max_seconds is not None and seconds > item.max_seconds:
+                problems.append(Problem(item.field, f"at most {item.max_seconds:g} seconds",
+                                        f"{item.field}: the clip lasts {seconds:.1f} s, over the limit of "
+                                        f"{item.max_seconds:g} s; --audio-max-seconds raises it", round(seconds, 1)))
+            bitmaps.append(bitmap)
         if problems:
             raise Refused(problems)
         return bitmaps

@@ -72,14 +72,14 @@ class Prompts:
         return self.model.eos_text
 
     @property
-    def reads_images(self) -> bool:
-        """A projector was loaded (--mmproj): prompts may hold images."""
-        return self.projector is not None
+    def input_modalities(self) -> tuple[str, ...]:
+        """What a prompt may hold, as llama-server's /v1/models says it: text, and image or audio by the projector."""
+        return self.projector.input_modalities if self.projector else ("text",)
 
     @property
-    def input_modalities(self) -> tuple[str, ...]:
-        """What a prompt may hold, as llama-server's /v1/models says it: text, and image with a projector."""
-        return self.projector.input_modalities if self.projector else ("text",)
+    def sample_rate(self) -> int:
+        """The rate clips are decoded at (their samples over it are their seconds); 0 without an audio projector."""
+        return self.projector.sample_rate if self.projector and self.projector.audio else 0
 
     def tokenize(self, text: str) -> list[int]:
         """A prompt's tokens, with BOS where the model asks for one."""
@@ -179,10 +179,11 @@ class Prompts:
         hints = tuple(end for end in ends if end)
         return replace(prompt, checkpoints=hints) if hints else prompt
 
-    def decode_image(self, data: bytes) -> Bitmap:
-        """An image's pixels, hashed for the cache; raises ImageUnreadable. Any thread (the API's)."""
-        assert self.projector is not None  # the API refuses images without one
-        return self.projector.decode_image(data)
+    def decode(self, data: bytes, audio: bool) -> Bitmap:
+        """An image's pixels or a clip's samples, hashed for the cache; raises MediaUnreadable. Any thread (the
+        API's)."""
+        assert self.projector is not None  # prepare refuses media without one
+        return self.projector.decode(data, audio)
 
     def grammar_problem(self, text: str) -> str | None:
         """Why llama.cpp would refuse `text` as a request's grammar, or None: checked before queueing, so the
