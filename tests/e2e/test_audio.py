@@ -5,6 +5,8 @@ cannot hear with a 400 naming each part and why, and serves on."""
 
 from __future__ import annotations
 
+import io
+import wave
 from pathlib import Path
 
 import pytest
@@ -115,8 +117,21 @@ async def test_every_bad_clip_is_a_400_naming_it_and_the_worker_serves_on(http, 
     status, body = await ask(http, hearing, [{"role": "user", "content": [too_long, QUESTION_PART]}])
     assert status == 400, body
     assert "lasts 28.0 s, over the limit of 26 s; --audio-max-seconds" in body["error"]["message"], body
+    # One sample: libmtmd would abort the process on it (llama.cpp #27693).
+    status, body = await ask(http, hearing, audio_message(one_sample_wav()))
+    assert status == 400 and "shorter than a 10 ms frame" in body["error"]["message"], body
     status, body = await ask(http, hearing, audio_message(wav("high")))
     assert status == 200 and names_only(body["choices"][0]["message"]["content"], "blue"), body
+
+
+def one_sample_wav() -> bytes:
+    out = io.BytesIO()
+    with wave.open(out, "wb") as clip:
+        clip.setnchannels(1)
+        clip.setsampwidth(2)
+        clip.setframerate(16000)
+        clip.writeframes(b"\x20\x00")
+    return out.getvalue()
 
 
 async def test_a_voxtral_stack_llama_cpp_aborts_on_is_refused_at_startup(model_path, tmp_path):

@@ -33,6 +33,9 @@ MAX_CHARS_PER_TOKEN = 32
 _MISTRAL_ID = re.compile(r"[a-zA-Z0-9]{9}")
 
 
+MIN_CLIP_SECONDS = 0.01  # one of Whisper's 10 ms frames; libmtmd aborts on a clip of one sample (llama.cpp #27693)
+
+
 def _not_taken(item: Media, takes: tuple[str, ...]) -> Problem:
     """An image or clip the served model does not take: it has no projector, or one for the other kind."""
     if takes == ("text",):
@@ -194,7 +197,11 @@ class InputProcessor:
                                         f"{item.field}: {why} ({size}{len(item.data)} bytes)"))
                 continue
             seconds = bitmap.width / self._prompts.sample_rate if bitmap.audio else 0.0
-            if item.max_seconds is not None and seconds > item.max_seconds:
+            if bitmap.audio and seconds < MIN_CLIP_SECONDS:  # mtmd asserts (aborts) on a clip of one sample
+                problems.append(Problem(item.field, f"at least {MIN_CLIP_SECONDS:g} seconds",
+                                        f"{item.field}: the clip lasts {seconds * 1e3:.1f} ms, shorter than a "
+                                        f"{MIN_CLIP_SECONDS * 1e3:g} ms frame", bitmap.width))
+            elif item.max_seconds is not None and seconds > item.max_seconds:
                 problems.append(Problem(item.field, f"at most {item.max_seconds:g} seconds",
                                         f"{item.field}: the clip lasts {seconds:.1f} s, over the limit of "
                                         f"{item.max_seconds:g} s; --audio-max-seconds raises it", round(seconds, 1)))
