@@ -9,7 +9,6 @@ import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
-import gguf
 import llama_cpp
 import structlog
 from llama_cpp import mtmd_cpp as mtmd
@@ -89,8 +88,6 @@ class Projector:
         if mtmd.mtmd_decode_use_mrope(self.ctx):
             raise WorkerError(f"{where} places images by M-RoPE (Qwen2-VL style), which this worker does not drive "
                               "yet: an image's positions are not its tokens")
-        if self.audio and (why := _aborting_stack(self.path)):
-            raise WorkerError(f"{where}: {why}")
         probes = []
         if self.vision:
             black = (ctypes.c_uint8 * 3)()
@@ -190,30 +187,6 @@ def _hashed(handle: int, audio: bool = False) -> Bitmap:
     key = digest.hexdigest().encode()
     mtmd.mtmd_bitmap_set_id(handle, key)
     return Bitmap(handle, width, height, key, audio)
-
-
-def _aborting_stack(path: Path) -> str | None:
-    """Why llama.cpp would abort the process on this audio projector's first clip, or None. clip.cpp counts a
-    30-second window's tokens as 3000 frames stacked, then halved by the Whisper convolution and by the average pool
-    (clip_n_output_tokens), while its graph pools the 1500 frames to 750 first and pads those to the stack: where the
-    stack factor does not divide both alike (4, Voxtral's own; 7, 8, 9) clip_encode calls GGML_ABORT."""
-    reader = gguf.GGUFReader(path)
-
-    def value(key: str) -> object:
-        field = reader.fields.get(key)
-        return field.contents() if field is not None else None
-
-    kind = value("clip.audio.projector_type") or value("clip.projector_type")
-    stack = value("clip.audio.projector.stack_factor")
-    if kind != "voxtral" or not isinstance(stack, int) or stack <= 0:
-        return None
-    counted = -(-3000 // stack) // 2 // 2
-    built = -(-750 // stack)
-    if counted == built:
-        return None
-    return (f"its Voxtral stack factor {stack} makes llama.cpp count {counted} tokens a 30-second window and build "
-            f"{built}, which aborts the process on the first clip (an upstream bug in the llama.cpp this worker "
-            "links); a projector with a factor that divides both alike (2, 3, 5, 6, 10) loads")
 
 
 def _check_file(path: Path) -> None:
