@@ -143,6 +143,18 @@ def test_the_readme_ratios_are_their_runs_ratios():
     assert checked >= 10, checked
 
 
+def test_the_readme_says_how_many_texts_drafts_left_unchanged():
+    """The README's "greedy text unchanged by drafts" row quotes the count bench/SPECULATIVE.md's run compared, all
+    equal (the summary does not keep it; the report prints it)."""
+    cell = next(line for line in (REPO / "README.md").read_text().splitlines()
+                if line.startswith("| greedy text unchanged by drafts |")).split("|")[2]
+    said = re.fullmatch(r"\s*yes \((\d+) of (\d+)\)\s*", cell)
+    run = re.search(r"llm-worker texts with drafts equal to without: (\d+) of (\d+)",
+                    (REPO / "bench" / "SPECULATIVE.md").read_text())
+    assert said and run, (cell, run)
+    assert said.groups() == run.groups() and run.group(1) == run.group(2), (said.groups(), run.groups())
+
+
 def test_peer_comparisons_ran_three_alternated_rounds():
     """docs/benchmarks.md's rules: a row that sets llm-worker beside a peer quotes medians of at least 3 rounds."""
     for row in ROWS.values():
