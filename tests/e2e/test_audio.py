@@ -17,7 +17,7 @@ from tests.conftest import WorkerProcess, start_worker
 from tests.helpers import ask_chat, sse_events
 from tests.vision_helpers import QUESTION, data_url, png
 
-MAX_SECONDS = 26  # the worker's --audio-max-seconds: the tests' 24-second clips fit, a 28-second one does not
+MAX_SECONDS = 40  # the worker's --audio-max-seconds: a 35-second clip fits, a 42-second one does not
 QUESTION_PART = {"type": "text", "text": QUESTION}
 
 
@@ -62,6 +62,15 @@ async def test_the_model_names_the_colour_the_clip_stands_for(http, hearing, ban
     assert status == 200, body
     assert names_only(body["choices"][0]["message"]["content"], AUDIO_COLOURS[band]), body
     assert body["usage"]["prompt_tokens"] > AUDIO_TOKENS  # the clip's tokens are in the prompt's count
+
+
+async def test_a_clip_past_30_seconds_is_two_windows_of_tokens(http, hearing):
+    """libmtmd cuts a clip into Whisper's 30-second windows, each a chunk of its own with the clip's id: the engine
+    gives each piece stand-ins of its own, and the tone still reads."""
+    status, body = await ask(http, hearing, audio_message(wav("high", seconds=35)))
+    assert status == 200, body
+    assert names_only(body["choices"][0]["message"]["content"], "blue"), body
+    assert body["usage"]["prompt_tokens"] > 2 * AUDIO_TOKENS, body["usage"]
 
 
 async def test_a_streamed_chat_and_the_responses_api_hear_it_too(http, hearing):
@@ -117,7 +126,7 @@ async def test_every_bad_clip_is_a_400_naming_it_and_the_worker_serves_on(http, 
     assert status == 400 and "takes audio, not image" in body["error"]["message"], body
     status, body = await ask(http, hearing, [{"role": "user", "content": [too_long, QUESTION_PART]}])
     assert status == 400, body
-    assert "lasts 28.0 s, over the limit of 26 s; --audio-max-seconds" in body["error"]["message"], body
+    assert "lasts 42.0 s, over the limit of 40 s; --audio-max-seconds" in body["error"]["message"], body
     # One sample: libmtmd would abort the process on it (llama.cpp #27693).
     status, body = await ask(http, hearing, audio_message(one_sample_wav()))
     assert status == 400 and "shorter than a 10 ms frame" in body["error"]["message"], body
