@@ -82,13 +82,8 @@ def audio_from_part(r: Reader, field: str, part: Any, media: MediaSettings) -> A
         r.problem(f"{field}.format", f"one of {', '.join(AUDIO_FORMATS)}",
                   f"{field}.format must be one of {', '.join(AUDIO_FORMATS)}", kind)
         return None
-    if len(text) > media.max_bytes * 4 // 3 + 4:  # refused before decoding
-        too_big(r, f"{field}.data", f"{len(text) * 3 // 4} bytes", media, "clip")
-        return None
-    try:
-        data = base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        r.problem(f"{field}.data", "base64 audio data", f"{field}.data is not valid base64", _short(text))
+    data = _base64_bytes(r, f"{field}.data", text, media, "clip")
+    if data is None:
         return None
     if len(data) > media.max_bytes:
         too_big(r, f"{field}.data", f"{len(data)} bytes", media, "clip")
@@ -141,15 +136,22 @@ def image_from_base64(r: Reader, field: str, text: Any, media: MediaSettings) ->
     if not isinstance(text, str):
         r.problem(field, "base64 image data", f"{field} must be a base64 string", _short(text))
         return None
-    if len(text) > media.max_bytes * 4 // 3 + 4:  # refused before decoding
-        too_big(r, field, f"{len(text) * 3 // 4} bytes", media)
+    data = _base64_bytes(r, field, text, media, "image")
+    return None if data is None else checked_image(r, field, data, media)
+
+
+def _base64_bytes(r: Reader, field: str, text: str, media: MediaSettings, what: str) -> bytes | None:
+    """An image's or a clip's base64 text decoded, refused before decoding when it holds more than the byte limit;
+    None (and a problem) for text too long or not base64."""
+    if len(text) > media.max_bytes * 4 // 3 + 4:
+        too_big(r, field, f"{len(text) * 3 // 4} bytes", media, what)
         return None
     try:
-        data = base64.b64decode(text, validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
-        r.problem(field, "base64 image data", f"{field} is not valid base64", _short(text))
+        r.problem(field, f"base64 {'image' if what == 'image' else 'audio'} data", f"{field} is not valid base64",
+                  _short(text))
         return None
-    return checked_image(r, field, data, media)
 
 
 def too_big(r: Reader, field: str, size: str, media: MediaSettings, what: str = "image") -> None:

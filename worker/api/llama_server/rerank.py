@@ -18,12 +18,12 @@ from worker.api.problems import InvalidRequest, Problem, Reader, parse_json_obje
 from worker.api.request_checks import served_model
 from worker.api.state import WORKER
 from worker.engine import EmbeddingFailed
+from worker.problem import MAX_LISTED
 
 routes = web.RouteTableDef()
 log = structlog.get_logger("worker.request")
 
 MAX_DOCUMENTS = 1000  # per request, as Cohere's
-MAX_LISTED = 16  # documents over the limit listed one by one; the rest are counted
 
 NO_RERANK = Failure(404, "rerank_unsupported", [Problem(
     "worker", "a reranker or a vocabulary with yes and no", "this model cannot rerank: it has no rank head "

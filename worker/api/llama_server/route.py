@@ -11,11 +11,11 @@ from worker.api.chat_input import as_chat
 from worker.api.openai.request import parse_chat
 from worker.api.problems import Reader, integral, parse_json_object
 from worker.api.state import WORKER
+from worker.problem import MAX_LISTED
 
 routes = web.RouteTableDef()
 
 # A bad token list can be a million entries long: list this many, then count the rest.
-MAX_LISTED = 16
 
 
 def _piece(raw: bytes) -> str | list[int]:
