@@ -105,17 +105,24 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
     writer.add_tensor("v.patch_embd.weight", patch)
     if encoder:
         _add_encoder_layers(writer, encoder)
-    writer.add_tensor("mm.0.weight", np.eye(hidden, dtype=np.float32) * SCALE)  # numpy (out, in)
-    writer.add_tensor("mm.0.bias", np.zeros(hidden, np.float32))
-    up = np.zeros((n_embd, hidden), np.float32)
-    up[:, :3] = words.T / SCALE
-    writer.add_tensor("mm.1.weight", up)
-    writer.add_tensor("mm.1.bias", np.zeros(n_embd, np.float32))
+    add_colour_mlp(writer, ("mm.0", "mm.1"), np.eye(hidden, dtype=np.float32) * SCALE, words)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def add_colour_mlp(writer: gguf.GGUFWriter, layers: tuple[str, str], first: np.ndarray, words: np.ndarray) -> None:
+    """A projector's two-layer MLP: `first` (numpy (out, in)) takes the patch features past GELU's bend (SCALE), the
+    second maps feature c onto colour word c's embedding (`words`: token_embeddings' rows), biases 0."""
+    hidden, n_embd = first.shape[0], words.shape[1]
+    writer.add_tensor(f"{layers[0]}.weight", first)
+    writer.add_tensor(f"{layers[0]}.bias", np.zeros(hidden, np.float32))
+    up = np.zeros((n_embd, hidden), np.float32)
+    up[:, :3] = words.T / SCALE
+    writer.add_tensor(f"{layers[1]}.weight", up)
+    writer.add_tensor(f"{layers[1]}.bias", np.zeros(n_embd, np.float32))
 
 
 def _add_encoder_layers(writer: gguf.GGUFWriter, encoder: Encoder) -> None:

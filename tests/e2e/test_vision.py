@@ -230,3 +230,31 @@ def test_the_anthropic_sdk_sends_an_image_block(vision):
     with pytest.raises(anthropic.BadRequestError, match="fetches no URLs"):
         client.messages.create(model=model, max_tokens=4, messages=[{"role": "user", "content": [
             {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}}]}])
+
+
+async def test_a_slot_holding_an_image_saves_and_persists_its_leading_text(http, projector, tmp_path):
+    """A file holds token ids (int32), which an image's stand-ins are not: a slot that holds an image is saved up to
+    the image's first cell (the rest rides along and is dropped when restored), and --kv-dir writes its host
+    memory's cells likewise when the worker stops; the file restores, and the next turn answers as before."""
+    folder, kv_dir = tmp_path / "slots", tmp_path / "kv"
+    worker = start_worker(tmp_path, "--mmproj", str(projector), "--parallel", "1", "--ctx-size", "1024",
+                          "--slot-save-path", str(folder), "--kv-dir", str(kv_dir))
+    messages = [{"role": "system", "content": LONG_QUESTION}, *image_message(png(COLOURS["green"]))]
+    try:
+        status, first = await ask(http, worker, messages)
+        assert status == 200, first
+        async with http.post(worker.url + "/slots/0?action=save", json={"filename": "green.bin"}) as response:
+            assert response.status == 200, await response.text()
+            saved = await response.json()
+        # The text before the image: the system prompt's tokens and the user turn's opening, not the image's 16.
+        assert 0 < saved["n_saved"] < first["usage"]["prompt_tokens"] - IMAGE_TOKENS, (saved, first["usage"])
+        async with http.post(worker.url + "/slots/0?action=restore", json={"filename": "green.bin"}) as response:
+            assert response.status == 200, await response.text()
+            assert (await response.json())["n_restored"] == saved["n_saved"]
+        status, again = await ask(http, worker, messages)
+        assert status == 200 and again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+        assert again["usage"]["prompt_tokens_details"]["cached_tokens"] > 0, again["usage"]
+    finally:
+        assert worker.stop() == 0, worker.log()[-3000:]
+    assert "kv_dir_written" in worker.log() and not any(kv_dir.glob("*.tmp")), worker.log()[-3000:]
+    assert '"level": "error"' not in worker.log(), worker.log()[-3000:]

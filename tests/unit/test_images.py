@@ -131,7 +131,7 @@ def test_an_audio_part_says_why_it_is_refused(modalities, why):
 
 
 def test_runs_cut_a_chunk_where_text_meets_an_image_and_images_meet():
-    first, second = MediaSpan(2, 3, None, 1), MediaSpan(5, 2, None, 99)
+    first, second = MediaSpan(2, 3, 3, None, 1), MediaSpan(5, 2, 2, None, 99)
     tokens = [10, 11, *stand_ins(1, 3), *stand_ins(99, 2), 12]
     spans = (first, second)
     assert runs(tokens, spans, 0, 8) == [(0, 2, None), (2, 5, first), (5, 7, second), (7, 8, None)]

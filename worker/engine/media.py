@@ -16,10 +16,13 @@ _HASH_MASK = (1 << 62) - 1
 
 @dataclass(frozen=True, eq=False)
 class MediaSpan:
-    """One image's run of positions in a prompt, and the native chunk the projector encodes for it."""
+    """One image's (or clip's) run of tokens in a prompt, and the native chunk the projector encodes for it."""
 
-    start: int  # its first position in the prompt
+    start: int  # its first token's index in the prompt
     n_tokens: int
+    # The positions llama.cpp places it on: n_tokens, but under M-RoPE (Qwen2-VL...) an image's grid takes the
+    # larger of its sides (mtmd_input_chunk_get_n_pos), its tokens sharing the first (engine/positions.py).
+    n_pos: int
     chunk: Any  # the projector's owned mtmd_input_chunk (native/projector.py frees it with the span)
     pixel_hash: int
 
@@ -46,6 +49,11 @@ def stand_ins(pixel_hash: int, n_tokens: int) -> list[int]:
 
 def is_media(token: int) -> bool:
     return token < 0
+
+
+def text_end(tokens: list[int]) -> int:
+    """How many of the tokens lead before the first image's stand-ins (all of them where there is none)."""
+    return next((at for at, token in enumerate(tokens) if is_media(token)), len(tokens))
 
 
 def text_only(tokens: list[int]) -> list[int]:

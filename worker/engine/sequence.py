@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from worker.engine.output.detokenizer import StreamingText
 from worker.engine.output.reasoning import ReasoningPhase
+from worker.engine.positions import Positions
 from worker.engine.requests import Request, TokenLogprob
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ class Sequence:
     slot: int = -1
     sampler: Sampler | None = None  # its native chain, while it holds a slot (runner.py: start to retire)
     text: StreamingText = field(init=False)  # its output's text so far, held to its request's stop strings
+    positions: Positions = field(init=False)  # where its tokens sit in llama.cpp's positions
     n_past: int = 0  # leading tokens of prompt + generated already in the slot's KV stream
     cached: int = 0  # of the prompt, tokens whose KV the prefix cache supplied
     generated: list[int] = field(default_factory=list)  # sampled tokens; the last is not in the KV yet
@@ -57,6 +59,7 @@ class Sequence:
     def __post_init__(self) -> None:
         reasoning = self.request.reasoning
         self.text = StreamingText(self.request.stop, ReasoningPhase(reasoning) if reasoning else None)
+        self.positions = Positions.of_media(self.request.media)
 
     @property
     def prompt(self) -> list[int]:

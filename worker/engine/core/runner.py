@@ -38,7 +38,7 @@ class Row:
     """One row of a llama_decode call."""
 
     token: int
-    pos: int
+    pos: int  # the token's index in its sequence (seq.positions places it)
     seq: Sequence
     logits: bool  # computed for sampling (or scoring)
 
@@ -62,6 +62,11 @@ class ModelRunner:
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
         # Rows of image embeddings: a prefill chunk's at most.
         self._embd_batch = llama_cpp.llama_batch_init(max_rows, model.n_embd, 1) if projector else None
+        if self._embd_batch is not None and projector is not None and projector.mrope:
+            # M-RoPE places an embedding row by 4 numbers: the batch's positions are rows x 4 (positions.py).
+            self._mrope_pos = (llama_cpp.llama_pos * (4 * max_rows))()
+            self._own_pos = self._embd_batch.pos  # llama_batch_free frees the batch's own array
+            self._embd_batch.pos = ctypes.cast(self._mrope_pos, ctypes.POINTER(llama_cpp.llama_pos))
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
         self._output = TokenOutput(model.is_eog, model.piece, model.token_bytes)
         self._switched = False  # the context's LoRA adapters changed since its last llama_decode
@@ -71,6 +76,8 @@ class ModelRunner:
     def close(self) -> None:
         llama_cpp.llama_batch_free(self._batch)
         if self._embd_batch is not None:
+            if self.projector is not None and self.projector.mrope:
+                self._embd_batch.pos = self._own_pos
             llama_cpp.llama_batch_free(self._embd_batch)
 
     def start(self, admission: Admission) -> None:
@@ -78,6 +85,7 @@ class ModelRunner:
         seq, slot, reuse, source = admission.sequence, admission.slot, admission.reuse, admission.source
         own = source is None and admission.saved is None  # it reuses the slot's own cells
         self.cells.save_dropped(slot, reuse if own else 0)
+        self.cells.place(slot, seq.positions)  # (the cells it keeps are of its own prompt's tokens)
         # A recurrent state goes on from a checkpoint where the prompt stops sharing a slot's cells short of their
         # end (kv/checkpoints.py): the slot's own, the copy source's, or those saved with cells in host memory.
         saved = admission.saved
@@ -197,7 +205,7 @@ class ModelRunner:
         if self.cells.resume(seq.slot, checkpoint):
             batch = self._batch
             for i, token in enumerate(kept):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, checkpoint.pos + i, 1
+                batch.token[i], batch.pos[i], batch.n_seq_id[i] = token, seq.positions.cell(checkpoint.pos + i), 1
                 batch.seq_id[i][0], batch.logits[i] = seq.slot, False
             batch.n_tokens = len(kept)
             if self._llama_decode(batch) == 0:
@@ -257,7 +265,7 @@ class ModelRunner:
             started = time.perf_counter()
             failed = llama_cpp.llama_decode(self.model.ctx, batch) != 0
             seconds = time.perf_counter() - started
-            if not self.cells.cut(place.slot, place.start):  # (pass_place picks an empty slot where cuts are bounded)
+            if not self.cells.cut_at(place.slot, place.start):  # (pass_place picks a slot where cuts are bounded)
                 self.cells.empty(place.slot)
                 self.cache.forget(place.slot)
                 return None
@@ -283,9 +291,9 @@ class ModelRunner:
             self.cells.empty(settle.slot)
             self.cache.forget(settle.slot)
             return
-        batch = self._batch
+        batch, positions = self._batch, self.cells.positions(settle.slot)
         for i, pos in enumerate(range(settle.start, settle.end)):
-            batch.token[i], batch.pos[i], batch.n_seq_id[i] = settle.tokens[pos], pos, 1
+            batch.token[i], batch.pos[i], batch.n_seq_id[i] = settle.tokens[pos], positions.cell(pos), 1
             batch.seq_id[i][0], batch.logits[i] = settle.slot, False
         batch.n_tokens = settle.end - settle.start
         rc = self._llama_decode(batch)
@@ -402,7 +410,7 @@ class ModelRunner:
         batch = self._batch
         for i, row in enumerate(rows):
             batch.token[i] = row.token
-            batch.pos[i] = row.pos
+            batch.pos[i] = row.seq.positions.cell(row.pos)
             batch.n_seq_id[i] = 1
             batch.seq_id[i][0] = row.seq.slot
             batch.logits[i] = row.logits
@@ -421,18 +429,18 @@ class ModelRunner:
         for row in rows:
             starts.setdefault(row.seq, row.pos)
         broken = {seq for seq, pos in starts.items()
-                  if llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot) + 1 != pos}
+                  if llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot) != seq.positions.held_end(pos)}
         for seq in broken:
             ends = llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot)
             log.error("rows_not_continuing", slot=seq.slot, cells_end=ends + 1, rows_start=starts[seq],
                       request_id=seq.request.request_id)
-            self.retire(seq, FinishReason.ERROR, events, f"its cells end at position {ends + 1}, its next row is at "
-                                                         f"{starts[seq]}")
+            self.retire(seq, FinishReason.ERROR, events, f"its cells end at position {ends + 1}, its next row is "
+                                                         f"token {starts[seq]}'s")
         return [row for row in rows if row.seq not in broken] if broken else rows
 
     def _decode_image(self, seq: Sequence, span: MediaSpan, start: int, end: int, logits_last: bool,
                       events: Events) -> bool:
-        """One llama_decode of the image's embeddings at positions start..end (encoded first, if this is the first
+        """One llama_decode of the image's embeddings for tokens start..end (encoded first, if this is the first
         of its positions the sequence decodes); False (the sequence retired) if either failed."""
         batch, projector = self._embd_batch, self.projector
         assert batch is not None and projector is not None  # only an engine with a projector takes images
@@ -449,9 +457,14 @@ class ModelRunner:
         width = self.model.n_embd * ctypes.sizeof(ctypes.c_float)
         source = ctypes.addressof(embeddings) + (start - span.start) * width
         ctypes.memmove(ctypes.addressof(batch.embd.contents), source, (end - start) * width)
-        for i, pos in enumerate(range(start, end)):
-            batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = pos, 1, seq.slot
-            batch.logits[i] = logits_last and pos == end - 1
+        for i, index in enumerate(range(start, end)):
+            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq.slot
+            batch.logits[i] = logits_last and index == end - 1
+        if projector.mrope:
+            projector.place_mrope(span, seq.positions.cell(span.start), start, end, batch.pos)
+        else:
+            for i, index in enumerate(range(start, end)):
+                batch.pos[i] = seq.positions.cell(index)
         batch.n_tokens = end - start
         rc = self._llama_decode(batch)
         if end == span.end:  # all of the image is in the KV: its embeddings are done with

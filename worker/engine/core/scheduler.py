@@ -170,7 +170,8 @@ class Scheduler:
             if sequence.request.prompt_logprobs is not None:  # every prompt row's logits: nothing cached will do
                 choice = Reuse(self.cache.least_recently_used(free_slots), 0)
             else:
-                choice = self.cache.choose(sequence.prompt, free_slots, streams, sequence.request.adapters)
+                choice = self.cache.choose(sequence.prompt, free_slots, streams, sequence.request.adapters,
+                                           sequence.positions)
                 if self._prefilling_more(sequence, prefilling, choice.cells):
                     continue
                 choice = self._placed(choice, sequence, free_slots, sets)
@@ -199,7 +200,7 @@ class Scheduler:
         slot = beside_own_set(free_slots, sets, adapters)
         if slot == choice.slot:
             return choice
-        return Reuse(slot, self.cache.reusable(self.cache.record(slot), sequence.prompt, adapters))
+        return Reuse(slot, self.cache.reusable(self.cache.record(slot), sequence.prompt, adapters, sequence.positions))
 
     def _prefilling_more(self, sequence: Sequence, prefilling: list[Sequence], reuse: int) -> bool:
         """Whether a request still prefilling will hold COPY_MIN_GAIN more of the sequence's prompt than `reuse`:
@@ -207,7 +208,7 @@ class Scheduler:
         is there (prefilled beside each other, they would each pay for all of it on the same cores)."""
         prompt, adapters = sequence.prompt, sequence.request.adapters
         return any(self.cache.reusable(self.cache.held(seq.prompt, len(seq.prompt), seq.request.adapters),
-                                       prompt, adapters)
+                                       prompt, adapters, sequence.positions)
                    - reuse >= COPY_MIN_GAIN for seq in prefilling)
 
     def plan(self, running: list[Sequence], free_slots: list[int], waiting: int, idle: bool,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from worker.engine.kv.held_cells import HeldCells
 from worker.engine.kv.prefix_cache import ALIGN
-from worker.engine.media import is_media
+from worker.engine.media import text_end
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # A block is the prefix cache's grid on the CPU: a router that matches a prompt block by block finds what a prompt
@@ -50,9 +50,7 @@ def chain(cells: HeldCells) -> list[Block]:
     """The whole blocks of the cells' leading text: an image's cells are named by no token, and a prompt matches them
     only by what the image holds, which a router cannot see."""
     tokens = cells.tokens
-    end = len(tokens)
-    if tokens and is_media(min(tokens)):
-        end = next(at for at, token in enumerate(tokens) if is_media(token))
+    end = text_end(tokens)
     blocks: list[Block] = []
     parent: int | None = None
     salt = str(cells.adapters).encode() if cells.adapters else b""  # cells under other adapters are other cells

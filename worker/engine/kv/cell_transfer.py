@@ -13,7 +13,9 @@ import structlog
 from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.host_cache import MIB, SavedCells
 from worker.engine.kv.prefix_cache import PrefixCache
+from worker.engine.media import text_end
 from worker.engine.native.model import LlamaModel
+from worker.engine.positions import TOKENS, Positions
 
 log = structlog.get_logger(__name__)
 
@@ -26,6 +28,14 @@ class CellTransfer:
         self.model = model
         self.cache = cache
         self._copying: set[int] = set()  # slots in a stream copy llama.cpp has not carried out yet
+        # Where each slot's tokens sit in positions: its last sequence's (a slot's cells are a prefix of its
+        # tokens); files hold cells of text only (kv/host_cache.py: SavedCells.leading_text), one position a token.
+        self._positions: dict[int, Positions] = {}
+
+    def place(self, slot: int, positions: Positions) -> None:
+        """The slot's tokens from now on sit at these positions: those of the sequence taking it, whose prompt shares
+        the cells the slot keeps."""
+        self._positions[slot] = positions
 
     def copy(self, source: int, target: int) -> None:
         """Copy the source slot's whole stream into the target. llama.cpp does it only at the next llama_decode:
@@ -34,14 +44,22 @@ class CellTransfer:
         llama_cpp.llama_memory_seq_cp(self.model.memory, source, target, -1, -1)
         self._copying.update((source, target))
 
+    def positions(self, slot: int) -> Positions:
+        return self._positions.get(slot, TOKENS)
+
     def cut(self, slot: int, start: int) -> bool:
-        """Drop the slot's cells from position `start` on (all of them from 0); False where its memory refused the
-        cut (a recurrent state: native/memory.py) and holds what it held. Cuts are planned so that none is refused:
-        a refusal is logged as the error it is."""
-        if llama_cpp.llama_memory_seq_rm(self.model.memory, slot, start, -1):
+        """Drop the slot's cells past its first `start` tokens' (all of them from 0); False where its memory refused
+        the cut (a recurrent state: native/memory.py; a cut inside an M-RoPE image: positions.py) and holds what it
+        held. Cuts are planned so that none is refused: a refusal is logged as the error it is."""
+        position = self.positions(slot).cut(start)
+        if position is not None and self.cut_at(slot, position):
             return True
-        log.error("cut_refused", slot=slot, start=start, memory=self.model.memory_kind.cuts.value)
+        log.error("cut_refused", slot=slot, start=start, position=position, memory=self.model.memory_kind.cuts.value)
         return False
+
+    def cut_at(self, slot: int, position: int) -> bool:
+        """Drop the slot's cells from `position` on: a pass's rows, placed by position past the slot's cells."""
+        return bool(llama_cpp.llama_memory_seq_rm(self.model.memory, slot, position, -1))
 
     def resume(self, slot: int, checkpoint: Checkpoint) -> bool:
         """Put a checkpoint's recurrent state back into the slot and cut its attention cells past the checkpoint's
@@ -67,6 +85,7 @@ class CellTransfer:
     def empty(self, slot: int) -> None:
         """Drop all of the slot's cells (any memory allows that)."""
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
+        self._positions.pop(slot, None)
 
     def decoded(self) -> None:
         """A llama_decode ran: the copies asked for before it are done."""
@@ -97,7 +116,7 @@ class CellTransfer:
         record = self.cache.reusable_record(slot)
         data = self._stream(slot)
         return None if data is None else SavedCells(record.tokens, record.exact, data, record.adapters,
-                                                    record.checkpoints)
+                                                    record.checkpoints).leading_text()
 
     def snapshots(self, slots: list[int], known: Callable[[list[int], int], bool]) -> tuple[list[SavedCells],
                                                                                              list[list[int]]]:
@@ -112,8 +131,11 @@ class CellTransfer:
             if record.adapters:  # a file holds base-model cells only: its fingerprint names no adapter set
                 log.debug("kv_dir_cells_skipped", slot=slot, cells=len(record.tokens), adapters=str(record.adapters))
                 continue
-            if known(record.tokens, record.exact):
-                held.append(record.tokens)
+            tokens = record.tokens[:text_end(record.tokens)]  # what a file holds (SavedCells.leading_text)
+            if not tokens:
+                continue
+            if known(tokens, min(record.exact, len(tokens))):
+                held.append(tokens)
             elif (saved := self.snapshot(slot)) is not None:
                 new.append(saved)
         return new, held
@@ -126,6 +148,7 @@ class CellTransfer:
         if not self._set(slot, saved):
             self.cache.forget(slot)
             return False
+        self.place(slot, TOKENS)  # (a file's tokens are text)
         if not self.cut(slot, len(saved.tokens)):  # cells past the reusable ones
             self.empty(slot)
             self.cache.forget(slot)

@@ -7,7 +7,8 @@ from __future__ import annotations
 import ctypes
 from dataclasses import dataclass, field
 
-from worker.engine.kv.checkpoints import Checkpoint
+from worker.engine.kv.checkpoints import Checkpoint, kept
+from worker.engine.media import text_end
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 MIB = 1 << 20
@@ -26,6 +27,16 @@ class SavedCells:
     def size(self) -> int:
         """The host memory it holds: the stream's bytes (len(data)) and its checkpoints'."""
         return len(self.data) + sum(checkpoint.size for checkpoint in self.checkpoints)
+
+    def leading_text(self) -> SavedCells:
+        """These cells as a file holds them: up to the first image's. An image's stand-ins are no llama_token (a
+        file holds int32 ids), and no later process could tell which picture they stood for; the image's cells ride
+        along in `data` and are dropped when loaded (CellTransfer.load), as cells past the reusable ones are."""
+        end = text_end(self.tokens)
+        if end == len(self.tokens):
+            return self
+        return SavedCells(self.tokens[:end], min(self.exact, end), self.data, self.adapters,
+                          kept(self.checkpoints, end))
 
 
 # Holds only cells the prefix cache may reuse in its mode (prefix_cache.worth_saving), the byte limit being

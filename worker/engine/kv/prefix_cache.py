@@ -12,6 +12,7 @@ from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.host_cache import HostCache, SavedCells
 from worker.engine.media import is_media
 from worker.engine.modes import CacheMode
+from worker.engine.positions import TOKENS, Positions
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 
 # Prefill chunk boundaries sit on multiples of this position. Without flash attention llama.cpp's CPU
@@ -90,25 +91,25 @@ class PrefixCache:
             self.every_cell = True
 
     def choose(self, prompt: list[int], free_slots: list[int], running: dict[int, SlotRecord],
-               adapters: AdapterSet = NO_ADAPTERS) -> Reuse:
+               adapters: AdapterSet = NO_ADAPTERS, positions: Positions = TOKENS) -> Reuse:
         """The free slot to run `prompt` (under `adapters`) in and the cells it starts with: its own, or, where
         that saves COPY_MIN_GAIN tokens of prefill, another slot's (running or free) copied, or host memory's
         loaded, into the least recently used free slot. Only cells made under the same adapter set count.
 
         `running`: what each busy slot's stream holds now (its request's cells so far).
         """
-        own = {slot: self.reusable(self._records[slot], prompt, adapters) for slot in free_slots}
+        own = {slot: self.reusable(self._records[slot], prompt, adapters, positions) for slot in free_slots}
         slot = self._slot_in_place(prompt, adapters, free_slots, own)
         if not self.moves:
             return Reuse(slot, own[slot])
-        sources = {source: self.reusable(record, prompt, adapters) for source, record in running.items()}
+        sources = {source: self.reusable(record, prompt, adapters, positions) for source, record in running.items()}
         sources.update((source, cells) for source, cells in own.items() if source != slot)
         source = max(sources, key=sources.__getitem__, default=None)
         choice = Reuse(slot, own[slot])
         if source is not None and sources[source] - own[slot] >= COPY_MIN_GAIN:
             targets = [target for target in free_slots if target != source]
             choice = Reuse(self.least_recently_used(targets), sources[source], source)
-        saved = {entry: self.reusable(self.record_of(entry), prompt, adapters)
+        saved = {entry: self.reusable(self.record_of(entry), prompt, adapters, positions)
                  for entry in (self.host.entries if self.host else [])}
         best = max(saved, key=saved.__getitem__, default=None)
         if best is not None and saved[best] - choice.cells >= COPY_MIN_GAIN:
@@ -138,7 +139,9 @@ class PrefixCache:
         """The free slot whose cells are the least likely to be asked for again."""
         return min(free_slots, key=lambda slot: self._records[slot].last_used)
 
-    def reusable(self, record: SlotRecord, prompt: list[int], adapters: AdapterSet = NO_ADAPTERS) -> int:
+    def reusable(self, record: SlotRecord, prompt: list[int], adapters: AdapterSet = NO_ADAPTERS,
+                 positions: Positions = TOKENS) -> int:
+        """Leading tokens of `prompt` (placed at `positions`) whose cells the record's may be."""
         if self.mode is CacheMode.OFF or not record.tokens or record.adapters != adapters:
             return 0
         # At least the prompt's last two tokens are prefilled: the last one's logits start the answer, and a
@@ -148,10 +151,13 @@ class PrefixCache:
             limit = min(limit, record.exact)
         common = common_prefix(record.tokens[:limit], prompt[:limit])
         reused = common if self.every_cell else align_down(common, self.grid)
+        while (whole := positions.whole(reused)) != reused:  # an M-RoPE image's cells go whole (positions.py)
+            reused = whole if self.every_cell else align_down(whole, self.grid)
         if self.cuts_anywhere or reused == len(record.tokens):
             return reused
         # A recurrent state is where its last token left it: short of that, a prompt goes on from a checkpoint.
-        return max((checkpoint.pos for checkpoint in record.checkpoints if checkpoint.pos <= reused), default=0)
+        return max((checkpoint.pos for checkpoint in record.checkpoints
+                    if checkpoint.pos <= reused and positions.whole(checkpoint.pos) == checkpoint.pos), default=0)
 
     @staticmethod
     def record_of(saved: SavedCells) -> SlotRecord:

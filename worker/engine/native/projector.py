@@ -64,6 +64,7 @@ class Projector:
         self.n_embd = model.n_embd
         self.vision = bool(mtmd.mtmd_support_vision(ctx))
         self.audio = bool(mtmd.mtmd_support_audio(ctx))
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))  # each embedding row placed by 4 numbers (positions.py)
         try:
             self._check_drivable(model)
         except WorkerError:
@@ -80,14 +81,11 @@ class Projector:
         """The rate a clip is decoded at (16,000 for Whisper's encoders): its samples over this are its seconds."""
         return mtmd.mtmd_get_audio_sample_rate(self.ctx)
 
-    # What the engine cannot drive yet is refused at load, each with its reason: M-RoPE positions (an image takes
-    # fewer positions than tokens), non-causal attention (a whole image or clip in one llama_decode, which the
-    # scheduler's aligned chunks would cut), and marker tokens the vocabulary lacks (mtmd would hand the model -1).
+    # What the engine cannot drive yet is refused at load, each with its reason: non-causal attention (a whole image
+    # or clip in one llama_decode, which the scheduler's aligned chunks would cut), and marker tokens the vocabulary
+    # lacks (mtmd would hand the model -1).
     def _check_drivable(self, model: LlamaModel) -> None:
         where = f"--mmproj {self.path}"
-        if mtmd.mtmd_decode_use_mrope(self.ctx):
-            raise WorkerError(f"{where} places images by M-RoPE (Qwen2-VL style), which this worker does not drive "
-                              "yet: an image's positions are not its tokens")
         probes = []
         if self.vision:
             black = (ctypes.c_uint8 * 3)()
@@ -154,7 +152,7 @@ class Projector:
             key = int(chunk_id or b"0", 16) + 7919 * piece
             n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
             owned = mtmd.mtmd_input_chunk_copy(chunk)
-            span = MediaSpan(len(tokens), n_tokens, owned, key)
+            span = MediaSpan(len(tokens), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk), owned, key)
             weakref.finalize(span, mtmd.mtmd_input_chunk_free, owned)
             spans.append(span)
             tokens.extend(stand_ins(key, n_tokens))
@@ -170,6 +168,22 @@ class Projector:
         copy = (ctypes.c_float * size)()
         ctypes.memmove(copy, out, size * ctypes.sizeof(ctypes.c_float))
         return copy
+
+    def place_mrope(self, span: MediaSpan, pos_0: int, start: int, end: int, into: ctypes.Array) -> None:
+        """M-RoPE: the positions of the span's rows start..end (prompt indices) when its first row sits at pos_0,
+        section-major as llama_batch takes an embedding batch's (all rows' t, then y, x and z), laid as llama.cpp's
+        own helper lays them (mtmd_helper_decode_image_chunk): an image by its grid, a clip one position a row."""
+        rows = end - start
+        image = mtmd.mtmd_input_chunk_get_tokens_image(span.chunk)
+        if image:
+            grid = (mtmd.mtmd_decoder_pos * span.n_tokens)()
+            mtmd.mtmd_helper_image_get_decoder_pos(image, pos_0, grid)
+            sections = [(place.t, place.y, place.x, place.z) for place in grid[start - span.start:end - span.start]]
+        else:
+            sections = [(pos_0 + i,) * 4 for i in range(start - span.start, end - span.start)]
+        for row, place in enumerate(sections):
+            for section, value in enumerate(place):
+                into[section * rows + row] = value
 
     def close(self) -> None:
         if self.ctx:

@@ -94,6 +94,7 @@ class SavedCells:
         host = [entry for entry in entries if not entry.adapters]
         if len(host) < len(entries):
             log.debug("kv_dir_cells_skipped", entries=len(entries) - len(host), reason="made under LoRA adapters")
+        host = [text for entry in host if (text := entry.leading_text()).tokens]  # (an image first: nothing)
         await asyncio.to_thread(disk.write, [*host, *new], still_held)
 
     async def save_slot(self, slot: int, path: Path) -> SlotFile:
