@@ -48,7 +48,15 @@ import jinja2.sandbox
 import numpy as np
 
 from tests.gguf_files import read_gguf
-from tests.vision_helpers import SCALE, WORDS, add_colour_mlp, add_vit_block, token_embeddings
+from tests.vision_helpers import (
+    SCALE,
+    WORDS,
+    add_colour_mlp,
+    add_vit_block,
+    channel_means,
+    token_embeddings,
+    vision_writer,
+)
 
 ARCH = "qwen2vl"
 # The rotary dimensions' pairs (head_dim 64: 32) by time, row, column and the unused fourth: Qwen2-VL's proportions.
@@ -111,25 +119,9 @@ def build_mrope_projector(model: Path, out: Path) -> Path:
     """The colour projector for `model` (its token_embd gives the words) as a qwen2vl_merger, written to `out`."""
     words = token_embeddings(model, WORDS)  # (3, n_embd)
     n_embd = words.shape[1]
-    writer = gguf.GGUFWriter(out, "clip")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_string("clip.projector_type", "qwen2vl_merger")
-    writer.add_bool("clip.use_gelu", True)
-    writer.add_uint32("clip.vision.image_size", IMAGE_SIZE)
-    writer.add_uint32("clip.vision.patch_size", PATCH)
+    writer = vision_writer(out, "qwen2vl_merger", IMAGE_SIZE, PATCH, HIDDEN, FFN, 1, n_embd, 1)
     writer.add_uint32("clip.vision.spatial_merge_size", MERGE)
-    writer.add_uint32("clip.vision.embedding_length", HIDDEN)
-    writer.add_uint32("clip.vision.feed_forward_length", FFN)
-    writer.add_uint32("clip.vision.block_count", 1)
-    writer.add_uint32("clip.vision.projection_dim", n_embd)
-    writer.add_uint32("clip.vision.attention.head_count", 1)
-    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
-    writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
-    # numpy (OC, IC, KH, KW), ggml's [KW, KH, IC, OC]. A still image meets both kernels: each averages half.
-    patch = np.zeros((HIDDEN, 3, PATCH, PATCH), np.float32)
-    for channel in range(3):
-        patch[channel, channel] = 0.5 / (PATCH * PATCH)
+    patch = channel_means(HIDDEN, PATCH, share=0.5)  # a still image meets both kernels: each averages half
     writer.add_tensor("v.patch_embd.weight", patch)
     writer.add_tensor("v.patch_embd.weight.1", patch)
     add_vit_block(writer, "v.blk.0", HIDDEN, FFN, RESIDUAL_SCALE, np.random.default_rng(0))

@@ -84,25 +84,9 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
     n_embd = width or words.shape[1]
     words = np.pad(words, ((0, 0), (0, max(0, n_embd - words.shape[1]))))[:, :n_embd]
     hidden = encoder.hidden if encoder else 4  # r, g, b and the rest left at zero: the encoder's width
-    writer = gguf.GGUFWriter(out, "clip")
-    writer.add_bool("clip.has_vision_encoder", True)
-    writer.add_string("clip.projector_type", "janus_pro")
-    writer.add_bool("clip.use_gelu", True)
-    writer.add_uint32("clip.vision.image_size", image_size)
-    writer.add_uint32("clip.vision.patch_size", PATCH)
-    writer.add_uint32("clip.vision.embedding_length", hidden)
-    writer.add_uint32("clip.vision.feed_forward_length", encoder.ffn if encoder else hidden)
-    writer.add_uint32("clip.vision.block_count", encoder.layers if encoder else 0)
-    writer.add_uint32("clip.vision.projection_dim", n_embd)
-    writer.add_uint32("clip.vision.attention.head_count", encoder.heads if encoder else 1)
-    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
-    writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
-    # ggml's conv kernel is [KW, KH, IC, OC]: numpy (OC, IC, KH, KW). Output c averages input channel c's patch.
-    patch = np.zeros((hidden, 3, PATCH, PATCH), np.float32)
-    for channel in range(3):
-        patch[channel, channel] = 1.0 / (PATCH * PATCH)
-    writer.add_tensor("v.patch_embd.weight", patch)
+    writer = vision_writer(out, "janus_pro", image_size, PATCH, hidden, encoder.ffn if encoder else hidden,
+                           encoder.layers if encoder else 0, n_embd, encoder.heads if encoder else 1)
+    writer.add_tensor("v.patch_embd.weight", channel_means(hidden, PATCH))
     if encoder:
         _add_encoder_layers(writer, encoder)
     add_colour_mlp(writer, ("mm.0", "mm.1"), np.eye(hidden, dtype=np.float32) * SCALE, words)
@@ -111,6 +95,35 @@ def build_projector(model: Path, out: Path, width: int | None = None, image_size
     writer.write_tensors_to_file()
     writer.close()
     return out
+
+
+def vision_writer(out: Path, projector_type: str, image_size: int, patch: int, hidden: int, ffn: int, blocks: int,
+                  n_embd: int, heads: int) -> gguf.GGUFWriter:
+    """A projector file's writer with its vision tower's keys: pixels read as 0..1 (mean 0, std 1)."""
+    writer = gguf.GGUFWriter(out, "clip")
+    writer.add_bool("clip.has_vision_encoder", True)
+    writer.add_string("clip.projector_type", projector_type)
+    writer.add_bool("clip.use_gelu", True)
+    writer.add_uint32("clip.vision.image_size", image_size)
+    writer.add_uint32("clip.vision.patch_size", patch)
+    writer.add_uint32("clip.vision.embedding_length", hidden)
+    writer.add_uint32("clip.vision.feed_forward_length", ffn)
+    writer.add_uint32("clip.vision.block_count", blocks)
+    writer.add_uint32("clip.vision.projection_dim", n_embd)
+    writer.add_uint32("clip.vision.attention.head_count", heads)
+    writer.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    writer.add_array("clip.vision.image_mean", [0.0, 0.0, 0.0])
+    writer.add_array("clip.vision.image_std", [1.0, 1.0, 1.0])
+    return writer
+
+
+def channel_means(hidden: int, patch: int, share: float = 1.0) -> np.ndarray:
+    """A patch embedding whose output c is `share` of input channel c's mean over the patch (the rest 0). ggml's conv
+    kernel is [KW, KH, IC, OC]: numpy (OC, IC, KH, KW)."""
+    kernel = np.zeros((hidden, 3, patch, patch), np.float32)
+    for channel in range(3):
+        kernel[channel, channel] = share / (patch * patch)
+    return kernel
 
 
 def add_colour_mlp(writer: gguf.GGUFWriter, layers: tuple[str, str], first: np.ndarray, words: np.ndarray) -> None:
