@@ -1,6 +1,7 @@
 """The README's figures, and docs/benchmarks.md's exact-speed table, against the committed runs they come from
-(docs/benchmarks.md, "The rules"): each quoted figure is in its run's summary under bench/results/summaries/, and each
-summary says when, where, at which commit and by which command it was made."""
+(docs/benchmarks.md, "The rules"): the README's comparison table is what bench/readme_table.py writes from the
+summaries under bench/results/summaries/, other quoted figures are in their run's summary, and each summary says
+when, where, at which commit and by which command it was made."""
 
 from __future__ import annotations
 
@@ -10,70 +11,20 @@ import json
 import re
 import statistics
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+
+from bench import readme_table
 
 REPO = Path(__file__).resolve().parents[2]
 SUMMARIES = REPO / "bench" / "results" / "summaries"
-SERVERS = ("llm-worker", "llama-server", "llama_cpp.server")  # the README table's columns, in order
-RSS_LESS_MODEL = "peak_rss_mb"  # a run's peak RSS less its model file's size
 
 
-@dataclass(frozen=True)
-class Row:
-    """A README row: its run's summary, and the figures each cell quotes, in order, as paths into a server's
-    figures. `servers` names a column's server as the run does, where it ran variants (chat's "llm-worker exact")."""
-
-    summary: str
-    figures: tuple[tuple[str, ...], ...]
-    servers: tuple[tuple[str, str], ...] = ()
-
-    def server(self, column: str) -> str:
-        return dict(self.servers).get(column, column)
-
-
-# Drafts off on both sides (docs/benchmarks.md's first rule): exact mode without its default prompt-lookup drafts.
-EXACT = (("llm-worker", "llm-worker exact no drafts"),)
-ROWS = {
-    "tok/s, 1 client, drafts off": Row("throughput-drafts-off", (("128x1", "agg_tok_s"),)),
-    "tok/s, 8 clients, drafts off": Row("throughput-drafts-off", (("128x8", "agg_tok_s"),)),
-    "tok/s, 1 client, drafts on": Row("throughput-drafts-on", (("128x1", "agg_tok_s"),)),
-    "tok/s, 8 clients, drafts on": Row("throughput-drafts-on", (("128x8", "agg_tok_s"),)),
-    "time to first token p50, 8 clients, drafts off": Row("throughput-drafts-off", (("128x8", "ttft_p50_ms"),)),
-    "peak RSS less the model, drafts off": Row("throughput-drafts-off", ((RSS_LESS_MODEL,),)),
-    "multi-turn chat, late-turn time to first token; wall time": Row(
-        "chat", (("late TTFT ms",), ("wall s",)), EXACT),
-    "prompt tokens reused a late turn": Row("chat", (("late cached tokens",), ("late prompt tokens",)), EXACT),
-    "hybrid model (LFM2-1.2B's shape, Q4_K_M), multi-turn chat: late-turn TTFT; wall": Row(
-        "chat-hybrid", (("late TTFT ms",), ("wall s",)), EXACT),
-    "8 conversations on 4 slots, late-turn TTFT (`--cache-ram`)": Row("chat-8-on-4", (("late TTFT ms",),), EXACT),
-    "8 returning ~1,500-token conversations after a restart, first-turn TTFT (`--kv-dir`)": Row(
-        "restart", (("warm (--kv-dir)", "ttft_mean_ms"), ("cold (no --kv-dir)", "ttft_mean_ms"))),
-    "two LoRA adapters alternating over 8 streams, per-request `lora`, tok/s": Row(
-        "lora", (("two, alternating", "tok_s"),)),
-    "a one-image chat (SigLIP-base's encoder, 576 image tokens), first token; the same image next turn": Row(
-        "images", (("first_ms",), ("second_ms",))),
-    "4 requests at once with one new shared prompt, a burst's wall time": Row("burst", (("burst_wall_s",),)),
-    "decode under a JSON schema, 1 stream": Row("structured", (("json_schema", "decode tok/s"),), EXACT),
-    "decode with n-gram drafts, answers that copy the prompt, 1 stream": Row(
-        "speculative", (("copying, 1 stream",),),
-        (("llm-worker", "llm-worker ngram"), ("llama-server", "llama-server ngram-simple"))),
-}
 NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
 ASIDE = re.compile(r"\([^)]*\)")  # a cell's parenthesized aside: ratios, ranges, flags; not a quoted figure
 
 
 def summary(name: str) -> dict:
     return json.loads((SUMMARIES / f"{name}.json").read_text())
-
-
-def readme_rows() -> dict[str, list[str]]:
-    rows = {}
-    for line in (REPO / "README.md").read_text().splitlines():
-        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
-        if cells and cells[0] in ROWS:
-            rows[cells[0]] = cells[1:1 + len(SERVERS)]
-    return rows
 
 
 def quoted(cell: str) -> list[str]:
@@ -96,51 +47,19 @@ def test_every_summary_says_when_where_what_and_how():
         assert isinstance(run["load_before"], float) and run["rounds"] >= 1, path
 
 
-def test_the_readme_rows_quote_their_runs():
-    rows = readme_rows()
-    assert rows.keys() == ROWS.keys(), f"README rows missing: {ROWS.keys() - rows.keys()}"
-    for label, row in ROWS.items():
-        run = summary(row.summary)
-        for column, cell in zip(SERVERS, rows[label]):
-            figures = quoted(cell)
-            if row.server(column) not in run["servers"]:
-                assert not figures, f"{label}, {column}: {cell!r} quotes a server the run did not measure"
-                continue
-            assert not figures or len(figures) >= len(row.figures), f"{label}, {column}: {cell!r} quotes too few"
-            for path, text in zip(row.figures, figures):
-                value = functools.reduce(dict.__getitem__, path, run["servers"][row.server(column)])
-                value = value - run["model_mb"] if path == (RSS_LESS_MODEL,) else value
-                assert same(text, value), f"{label}, {column}: README {text}, {row.summary} {value}"
-        assert any(quoted(cell) for cell in rows[label]), f"{label} quotes no figure"
+def test_the_readme_table_is_what_its_runs_give():
+    """bench/readme_table.py writes the README's comparison table from the committed summaries (--write): a figure
+    typed by hand, or a run committed without writing the table again, fails here."""
+    assert readme_table.readme_table((REPO / "README.md").read_text()) == readme_table.render(), (
+        "the README's table differs from its runs: .venv/bin/python bench/readme_table.py --write")
 
 
-def ratio_asides(cell: str) -> list[tuple[int, str]]:
-    """Each "(N.NNx)" aside of a cell, with the index of the quoted figure it follows (other asides: none)."""
-    asides, index = [], -1
-    for part in re.finditer(r"\([^)]*\)|\d[\d,]*(?:\.\d+)?", cell):
-        if not part.group().startswith("("):
-            index += 1
-        elif found := re.fullmatch(r"\((\d+\.\d+)x\)", part.group()):
-            asides.append((index, found.group(1)))
-    return asides
-
-
-def test_the_readme_ratios_are_their_runs_ratios():
-    """A ratio beside an llm-worker figure is that figure over llama-server's in the same run, or the median of the
-    run's round ratios for it (where its summary keeps them)."""
-    rows, checked = readme_rows(), 0
-    for label, row in ROWS.items():
-        run, ours_name, theirs_name = summary(row.summary), row.server("llm-worker"), row.server("llama-server")
-        for index, text in ratio_asides(rows[label][0]):
-            path = row.figures[index]
-            ours, theirs = (functools.reduce(dict.__getitem__, path, run["servers"][name])
-                            for name in (ours_name, theirs_name))
-            rounds = run.get("round_ratios", {}).get(ours_name, {})
-            each = rounds.get(path[-1]) or rounds.get(" ".join(path))
-            assert near(text, ours / theirs) or (each and near(text, statistics.median(each))), (
-                f"{label}: README {text}x, run {ours / theirs:.3f}" + (f", rounds {each}" if each else ""))
-            checked += 1
-    assert checked >= 10, checked
+def test_every_readme_figure_row_has_a_run_that_measured_its_servers():
+    for row in readme_table.ROWS:
+        servers = summary(row.run)["servers"]
+        named = [column.server for column in row.cells if column.server] + [row.reference_server()]
+        assert all(name in servers for name in named if name), (row.label, named, list(servers))
+        assert "{" in row.cells[0].text, f"{row.label}: llm-worker's cell quotes no figure"
 
 
 def test_the_readme_says_how_many_texts_drafts_left_unchanged():
@@ -157,10 +76,10 @@ def test_the_readme_says_how_many_texts_drafts_left_unchanged():
 
 def test_peer_comparisons_ran_three_alternated_rounds():
     """docs/benchmarks.md's rules: a row that sets llm-worker beside a peer quotes medians of at least 3 rounds."""
-    for row in ROWS.values():
-        run = summary(row.summary)
+    for row in readme_table.ROWS:
+        run = summary(row.run)
         if len(run["servers"]) > 1:
-            assert run["rounds"] >= 3, row.summary
+            assert run["rounds"] >= 3, row.run
 
 
 def test_the_drafts_off_run_had_drafts_off_on_every_server():

@@ -1,0 +1,160 @@
+"""The README's comparison table, written from the committed runs (bench/results/summaries/), never typed.
+
+Each row names its run and, per column, the server whose figures it quotes and how (a format string over the
+figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
+llama-server's unless the row names another of the run's servers); a column without a server is words. A ratio is
+always the quoted figures' ratio, one definition for every row. `--write` puts the table between the README's
+markers; tests/unit/test_published_figures.py fails while the README holds another.
+Run: .venv/bin/python bench/readme_table.py [--write]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+SUMMARIES = REPO / "bench" / "results" / "summaries"
+README = REPO / "README.md"
+BEGIN = "<!-- table: bench/readme_table.py -->"
+END = "<!-- /table -->"
+HEADER = "| | llm-worker | llama-server | llama_cpp.server | from |\n|---|---|---|---|---|"
+# A run's peak RSS less its model file: what a server holds beside the weights.
+RSS_LESS_MODEL = "peak_rss_less_model_mb"
+
+
+@dataclass(frozen=True)
+class Column:
+    text: str  # a format string over w, s, p and r; words where `server` is None
+    server: str | None = None  # the run's name for the server quoted
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    run: str  # a summary's name under bench/results/summaries/
+    cells: tuple[Column, Column, Column]  # llm-worker, llama-server, llama_cpp.server
+    link: str
+    reference: str = ""  # the server llm-worker's ratios are to: the llama-server column's, unless named
+
+    def reference_server(self) -> str | None:
+        return self.reference or self.cells[1].server
+
+
+W, S, P = "llm-worker", "llama-server", "llama_cpp.server"
+EXACT = "llm-worker exact no drafts"  # drafts off on both sides (docs/benchmarks.md's first rule)
+NONE = Column("")
+RESULTS = "[bench/RESULTS.md](bench/RESULTS.md)"
+DRAFTS = "[bench/RESULTS-DRAFTS.md](bench/RESULTS-DRAFTS.md)"
+
+
+def tok_s(level: str, run_link: str, label: str, run: str, third: Column) -> Row:
+    return Row(label, run, (Column(f"{{w[{level}][agg_tok_s]:.1f}} ({{r[{level}][agg_tok_s]:.2f}}x)", W),
+                            Column(f"{{s[{level}][agg_tok_s]:.1f}}", S), third), run_link)
+
+
+def bench_link(name: str) -> str:
+    return f"[bench/{name}]({'bench/' + name})"
+
+
+ROWS = (
+    tok_s("128x1", RESULTS, "tok/s, 1 client, drafts off", "throughput-drafts-off",
+          Column("{p[128x1][agg_tok_s]:.1f}", P)),
+    tok_s("128x8", RESULTS, "tok/s, 8 clients, drafts off", "throughput-drafts-off",
+          Column("{p[128x8][agg_tok_s]:.1f}", P)),
+    tok_s("128x1", DRAFTS, "tok/s, 1 client, drafts on", "throughput-drafts-on", Column("has none")),
+    tok_s("128x8", DRAFTS, "tok/s, 8 clients, drafts on", "throughput-drafts-on", Column("has none")),
+    Row("time to first token p50, 8 clients, drafts off", "throughput-drafts-off",
+        (Column("{w[128x8][ttft_p50_ms]:,.0f} ms", W), Column("{s[128x8][ttft_p50_ms]:,.0f} ms", S),
+         Column("{p[128x8][ttft_p50_ms]:,.0f} ms", P)), RESULTS),
+    Row("peak RSS less the model, drafts off", "throughput-drafts-off",
+        (Column(f"{{w[{RSS_LESS_MODEL}]:,.0f}} MB", W), Column(f"{{s[{RSS_LESS_MODEL}]:,.0f}} MB", S),
+         Column(f"{{p[{RSS_LESS_MODEL}]:,.0f}} MB", P)), RESULTS),
+    Row("multi-turn chat, late-turn time to first token; wall time", "chat",
+        (Column("{w[late TTFT ms]:,.0f} ms; {w[wall s]:.1f} s ({r[wall s]:.2f}x)", EXACT),
+         Column("{s[late TTFT ms]:,.0f} ms; {s[wall s]:.1f} s", S),
+         Column("{p[late TTFT ms]:,.0f} ms; {p[wall s]:.1f} s", P)), bench_link("CHAT.md")),
+    Row("hybrid model (LFM2-1.2B's shape, Q4_K_M), multi-turn chat: late-turn TTFT; wall", "chat-hybrid",
+        (Column("{w[late TTFT ms]:,.0f} ms ({r[late TTFT ms]:.2f}x); {w[wall s]:.1f} s ({r[wall s]:.2f}x)", EXACT),
+         Column("{s[late TTFT ms]:,.0f} ms; {s[wall s]:.1f} s", S), NONE), bench_link("CHAT-HYBRID.md")),
+    Row("prompt tokens reused a late turn", "chat",
+        (Column("{w[late cached tokens]:.0f} of {w[late prompt tokens]:.0f}", EXACT),
+         Column("{s[late cached tokens]:.0f} of {s[late prompt tokens]:.0f}", S),
+         Column("none: no cache between requests")), bench_link("CHAT.md")),
+    Row("8 conversations on 4 slots, late-turn TTFT (`--cache-ram`)", "chat-8-on-4",
+        (Column("{w[late TTFT ms]:,.0f} ms ({r[late TTFT ms]:.2f}x)", EXACT),
+         Column("{s[late TTFT ms]:,.0f} ms", S), NONE), bench_link("CHAT-8-ON-4.md")),
+    Row("8 returning ~1,500-token conversations after a restart, first-turn TTFT (`--kv-dir`)", "restart",
+        (Column("{w[warm (--kv-dir)][ttft_mean_ms]:,.0f} ms; cold restart "
+                "{w[cold (no --kv-dir)][ttft_mean_ms]:,.0f} ms (one run)", W),
+         Column("its slot files, saved and restored by hand"), NONE), bench_link("RESTART.md")),
+    Row("two LoRA adapters alternating over 8 streams, per-request `lora`, tok/s", "lora",
+        (Column("{w[two, alternating][tok_s]:.1f} ({r[two, alternating][tok_s]:.2f}x)", W),
+         Column("{s[two, alternating][tok_s]:.1f}", S), NONE), bench_link("LORA.md")),
+    Row("a one-image chat (SigLIP-base's encoder, 576 image tokens), first token; the same image next turn", "images",
+        (Column("{w[first_ms]:,.0f} ms; {w[second_ms]:,.0f} ms", W),
+         Column("{s[first_ms]:,.0f} ms; {s[second_ms]:,.0f} ms (`--mmproj`)", S), NONE), bench_link("IMAGES.md")),
+    Row("4 requests at once with one new shared prompt, a burst's wall time", "burst",
+        (Column("{w[burst_wall_s]:.2f} s ({r[burst_wall_s]:.2f}x)", W), Column("{s[burst_wall_s]:.2f} s", S), NONE),
+        bench_link("BURST.md")),
+    Row("decode under a JSON schema, 1 stream", "structured",
+        (Column("{w[json_schema][decode tok/s]:.1f} tok/s ({r[json_schema][decode tok/s]:.2f}x)", EXACT),
+         Column("{s[json_schema][decode tok/s]:.1f} tok/s", S), NONE), bench_link("STRUCTURED.md")),
+    Row("decode with n-gram drafts, answers that copy the prompt, 1 stream", "speculative",
+        (Column("{w[copying, 1 stream]:.1f} tok/s ({r[copying, 1 stream]:.2f}x without drafts)", "llm-worker ngram"),
+         Column("{s[copying, 1 stream]:.1f} tok/s (ngram-simple, its best)", "llama-server ngram-simple"), NONE),
+        bench_link("SPECULATIVE.md"), reference="llm-worker none"),
+)
+
+
+def summary(name: str) -> dict[str, Any]:
+    """A committed run, each server's figures with its peak RSS less the model where the run measured RSS."""
+    run = json.loads((SUMMARIES / f"{name}.json").read_text())
+    for figures in run["servers"].values():
+        if isinstance(figures.get("peak_rss_mb"), (int, float)):
+            figures[RSS_LESS_MODEL] = figures["peak_rss_mb"] - run["model_mb"]
+    return run
+
+
+def ratios(ours: Any, theirs: Any) -> Any:
+    """ours / theirs at every figure both have, in the figures' own nesting."""
+    if isinstance(ours, dict):
+        return {key: ratios(value, theirs[key]) for key, value in ours.items() if key in theirs}
+    return ours / theirs if isinstance(ours, (int, float)) and theirs else None
+
+
+def render_row(row: Row) -> str:
+    servers = summary(row.run)["servers"]
+    figures = {name: servers[column.server] for name, column in zip("wsp", row.cells) if column.server}
+    reference = row.reference_server()
+    if "w" in figures and reference:
+        figures["r"] = ratios(figures["w"], servers[reference])
+    parts = [row.label, *(column.text.format(**figures) for column in row.cells), row.link]
+    return "|" + "|".join(f" {part} " if part else " " for part in parts) + "|"
+
+
+def render() -> str:
+    """The table, between its markers."""
+    return "\n".join([BEGIN, HEADER, *(render_row(row) for row in ROWS), END])
+
+
+def readme_table(text: str) -> str:
+    """What the README holds between the markers, the markers included."""
+    start, end = text.index(BEGIN), text.index(END) + len(END)
+    return text[start:end]
+
+
+def main() -> None:
+    table = render()
+    if sys.argv[1:] == ["--write"]:
+        text = README.read_text()
+        README.write_text(text.replace(readme_table(text), table))
+    else:
+        print(table)
+
+
+if __name__ == "__main__":
+    main()
