@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import WorkerProcess, start_worker
-from tests.helpers import ask_chat
+from tests.helpers import ask_chat, completion_text
 from tests.mrope_helpers import (
     IMAGE_POSITIONS,
     IMAGE_SIZE,
@@ -53,10 +53,6 @@ def picture(colour: str) -> bytes:
     return png(COLOURS[colour], IMAGE_SIZE, IMAGE_SIZE)
 
 
-def answer_of(body: dict) -> str:
-    return body["choices"][0]["message"]["content"]
-
-
 async def test_the_worker_loads_an_mrope_projector_and_counts_an_image_s_tokens(http, mrope):
     async with http.get(mrope.url + "/v1/models") as response:
         assert (await response.json())["data"][0]["input_modalities"] == ["text", "image"]
@@ -76,7 +72,7 @@ async def test_the_model_names_the_colour_and_answers_as_llama_cpp_s_own_helper(
     its own chunks, is the same text."""
     status, body = await ask_chat(http, mrope.url, image_message(picture(colour)))
     assert status == 200, body
-    answer = answer_of(body)
+    answer = completion_text(body)
     assert colour in answer.lower() and not any(other in answer.lower() for other in COLOURS if other != colour)
     model, projector = mrope_files
     expected = await asyncio.to_thread(libmtmd_answer, model, projector, picture(colour),
@@ -90,7 +86,7 @@ async def test_the_next_turn_reuses_the_image_s_cells_and_answers_as_with_no_cac
     first = image_message(picture("blue"), text=LONG_QUESTION)
     status, turn_one = await ask_chat(http, mrope.url, first, max_tokens=16)
     assert status == 200, turn_one
-    second = [*first, {"role": "assistant", "content": answer_of(turn_one)},
+    second = [*first, {"role": "assistant", "content": completion_text(turn_one)},
               {"role": "user", "content": "And what colour is the sky on a clear day?"}]
     status, turn_two = await ask_chat(http, mrope.url, second, max_tokens=16)
     assert status == 200, turn_two
@@ -101,7 +97,7 @@ async def test_the_next_turn_reuses_the_image_s_cells_and_answers_as_with_no_cac
     try:
         for messages, warm in ((first, turn_one), (second, turn_two)):
             status, body = await ask_chat(http, cold.url, messages, max_tokens=16)
-            assert status == 200 and answer_of(body) == answer_of(warm), (body, warm)
+            assert status == 200 and completion_text(body) == completion_text(warm), (body, warm)
     finally:
         assert cold.stop() == 0, cold.log()[-3000:]
 
@@ -115,7 +111,7 @@ async def test_an_image_beside_three_text_streams_leaves_each_text_as_alone(http
     alone = [await ask_chat(http, mrope.url, messages, max_tokens=48) for messages in [*texts, image]]
     for (status, solo), (status_together, beside) in zip(alone, together):
         assert status == status_together == 200
-        assert answer_of(beside) == answer_of(solo)
+        assert completion_text(beside) == completion_text(solo)
 
 
 def test_streamed_and_responses_answers_are_the_chat_s(mrope):
@@ -167,7 +163,7 @@ async def test_an_image_across_a_block_boundary_is_prefilled_again_whole(http, m
         status, body = await ask_chat(http, cold.url, second)
     finally:
         assert cold.stop() == 0, cold.log()[-3000:]
-    assert status == 200 and answer_of(body) == answer_of(warm)
+    assert status == 200 and completion_text(body) == completion_text(warm)
 
 
 def worker_log_errors(worker: WorkerProcess) -> list[str]:

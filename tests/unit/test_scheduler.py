@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import deque
+from dataclasses import replace
 
 from worker.engine.config import EngineConfig
 from worker.engine.core.scheduler import STALL_FACTOR, Pace, Scheduler, chunk_budget, chunk_grid
 from worker.engine.kv.prefix_cache import ALIGN, PrefixCache, Reuse, align_down
+from worker.engine.media import MediaSpan, stand_ins
 from worker.engine.modes import CacheMode
 from worker.engine.requests import Request
 from worker.engine.sequence import Sequence, SequenceState
@@ -191,3 +193,21 @@ def test_on_a_micro_batch_grid_a_prompt_is_cut_as_its_cold_prefill_is_whatever_w
     cache.release(0, prompt[:150] + list(range(2000, 2060)), prefilled=150)
     settle = cache.unsettled([0])
     assert settle is not None and (settle.start, settle.end) == (128, 192)
+
+
+def test_a_chunk_never_ends_inside_an_image_decoded_whole():
+    """Gemma 3's images attend both ways (MediaSpan.whole): one llama_decode each. A chunk whose budget ends inside
+    one stops before it; a chunk that starts at it takes all of it, past the budget."""
+    image = MediaSpan(start=200, n_tokens=256, n_pos=256, chunk=None, pixel_hash=7, whole=True)
+    prompt = [*range(10, 210), *stand_ins(7, 256), *range(300, 340)]
+    seq = running(prompt, slot=0, n_past=0, state=SequenceState.PREFILLING)
+    seq.request = replace(seq.request, media=(image,))
+    plan = scheduler().plan
+    (first,) = plan([seq], [1, 2, 3], 0, False).prefill
+    assert (first.start, first.end) == (0, 200)  # the budget's 256 would end 56 tokens into the image
+    seq.n_past = 200
+    (second,) = plan([seq], [1, 2, 3], 0, False).prefill
+    assert (second.start, second.end) == (200, 456)  # the whole image, though the next block boundary is 448
+    causal = replace(image, whole=False)
+    seq.request, seq.n_past = replace(seq.request, media=(causal,)), 0
+    assert plan([seq], [1, 2, 3], 0, False).prefill[0].end == 256

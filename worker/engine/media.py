@@ -25,6 +25,9 @@ class MediaSpan:
     n_pos: int
     chunk: Any  # the projector's owned mtmd_input_chunk (native/projector.py frees it with the span)
     pixel_hash: int
+    # Decoded in one llama_decode, its tokens attending to each other both ways (Gemma 3's images: non-causal
+    # attention): prefill chunks never end inside it (core/scheduler.py).
+    whole: bool = False
 
     @property
     def end(self) -> int:

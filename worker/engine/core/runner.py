@@ -60,11 +60,12 @@ class ModelRunner:
         self.speculator = speculator  # None: no speculative decoding
         self.projector = projector  # None: no images
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
-        # Rows of image embeddings: a prefill chunk's at most.
-        self._embd_batch = llama_cpp.llama_batch_init(max_rows, model.n_embd, 1) if projector else None
+        # Rows of image embeddings: a prefill chunk's at most, or an image decoded whole (at most a micro-batch).
+        embd_rows = max(max_rows, model.config.micro_batch)
+        self._embd_batch = llama_cpp.llama_batch_init(embd_rows, model.n_embd, 1) if projector else None
         if self._embd_batch is not None and projector is not None and projector.mrope:
             # M-RoPE places an embedding row by 4 numbers: the batch's positions are rows x 4 (positions.py).
-            self._mrope_pos = (llama_cpp.llama_pos * (4 * max_rows))()
+            self._mrope_pos = (llama_cpp.llama_pos * (4 * embd_rows))()
             self._own_pos = self._embd_batch.pos  # llama_batch_free frees the batch's own array
             self._embd_batch.pos = ctypes.cast(self._mrope_pos, ctypes.POINTER(llama_cpp.llama_pos))
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
@@ -466,7 +467,11 @@ class ModelRunner:
             for i, index in enumerate(range(start, end)):
                 batch.pos[i] = seq.positions.cell(index)
         batch.n_tokens = end - start
+        if span.whole:  # its rows attend to each other both ways (Gemma 3): this call alone, as mtmd's helper does
+            llama_cpp.llama_set_causal_attn(self.model.ctx, False)
         rc = self._llama_decode(batch)
+        if span.whole:
+            llama_cpp.llama_set_causal_attn(self.model.ctx, True)
         if end == span.end:  # all of the image is in the KV: its embeddings are done with
             del seq.embeddings[span.start]
         if rc == 0:

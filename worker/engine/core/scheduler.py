@@ -14,6 +14,7 @@ from worker.engine.core.slot_placement import MOVE_MAX_CELLS, beside_own_set
 from worker.engine.kv.disk_cache import DiskStats
 from worker.engine.kv.host_cache import SavedCells
 from worker.engine.kv.prefix_cache import ALIGN, COPY_MIN_GAIN, PrefixCache, Reuse, Settle, align_down
+from worker.engine.media import MediaSpan
 from worker.engine.modes import CacheMode
 from worker.engine.requests import NO_ADAPTERS, AdapterSet
 from worker.engine.sequence import Sequence, SequenceState
@@ -139,6 +140,15 @@ def chunk_grid(config: EngineConfig) -> int:
     return config.micro_batch
 
 
+def _outside_whole_media(media: tuple[MediaSpan, ...], start: int, end: int) -> int:
+    """A chunk start..end's end moved out of an image decoded whole (MediaSpan.whole): back to the image's start,
+    or, for a chunk that starts at or inside it, on to its end (the chunk then takes more than the step's budget)."""
+    for span in media:
+        if span.whole and span.start < end < span.end:
+            return span.start if span.start > start else span.end
+    return end
+
+
 class Scheduler:
     def __init__(self, cache: PrefixCache, budget: int, pace: Pace | None = None) -> None:
         self.cache = cache
@@ -243,6 +253,7 @@ class Scheduler:
             end = next((pos for pos in self.cache.checkpoint_positions(len(sequence.prompt),
                                                                        sequence.request.checkpoints)
                         if start < pos < end), end)
+            end = _outside_whole_media(sequence.request.media, start, end)
             if end <= start:
                 break
             prefill.append(Chunk(sequence, start, end))

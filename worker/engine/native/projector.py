@@ -81,9 +81,9 @@ class Projector:
         """The rate a clip is decoded at (16,000 for Whisper's encoders): its samples over this are its seconds."""
         return mtmd.mtmd_get_audio_sample_rate(self.ctx)
 
-    # What the engine cannot drive yet is refused at load, each with its reason: non-causal attention (a whole image
-    # or clip in one llama_decode, which the scheduler's aligned chunks would cut), and marker tokens the vocabulary
-    # lacks (mtmd would hand the model -1).
+    # What the engine cannot drive is refused at load, each with its reason: images decoded whole (non-causal
+    # attention) larger than a micro-batch (llama.cpp would cut one into several, each blind to the rest), and marker
+    # tokens the vocabulary lacks (mtmd would hand the model -1).
     def _check_drivable(self, model: LlamaModel) -> None:
         where = f"--mmproj {self.path}"
         probes = []
@@ -95,9 +95,11 @@ class Projector:
             probes.append(("audio", _hashed(mtmd.mtmd_bitmap_init_from_audio(self.sample_rate, silence), audio=True)))
         for kind, bitmap in probes:
             probe = self.tokenize(MEDIA_MARKER, [bitmap], add_special=False)
-            if mtmd.mtmd_decode_use_non_causal(self.ctx, probe.spans[0].chunk):
-                raise WorkerError(f"{where} decodes {kind} with non-causal attention (Gemma 3 style), which needs "
-                                  "a whole image in one llama_decode; this worker does not drive that yet")
+            span = probe.spans[0]
+            if span.whole and span.n_tokens > model.config.micro_batch:
+                raise WorkerError(f"{where} decodes each of its {kind} whole, attending both ways (Gemma 3 style): "
+                                  f"its {span.n_tokens} tokens must fit one micro-batch; set --ubatch-size "
+                                  f"{span.n_tokens} or more (now {model.config.micro_batch})")
             if any(token == llama_cpp.LLAMA_TOKEN_NULL for token in probe.tokens):
                 raise WorkerError(f"{where} wraps {kind} in marker tokens that {model.path.name}'s vocabulary "
                                   "lacks: it is a projector for another model (SmolVLM's idefics3 projector beside "
@@ -152,7 +154,8 @@ class Projector:
             key = int(chunk_id or b"0", 16) + 7919 * piece
             n_tokens = mtmd.mtmd_input_chunk_get_n_tokens(chunk)
             owned = mtmd.mtmd_input_chunk_copy(chunk)
-            span = MediaSpan(len(tokens), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk), owned, key)
+            span = MediaSpan(len(tokens), n_tokens, mtmd.mtmd_input_chunk_get_n_pos(chunk), owned, key,
+                             whole=bool(mtmd.mtmd_decode_use_non_causal(self.ctx, chunk)))
             weakref.finalize(span, mtmd.mtmd_input_chunk_free, owned)
             spans.append(span)
             tokens.extend(stand_ins(key, n_tokens))

@@ -56,3 +56,4 @@ class ModelFacts:
     path: Path  # the GGUF served
     n_params: int
     metadata: dict[str, str]  # the GGUF's scalar metadata (general.architecture...), for Ollama's /api/show
+    micro_batch: int  # llama.cpp's n_ubatch: the most tokens of an image decoded whole (MediaSpan.whole)

@@ -50,6 +50,7 @@ class InputProcessor:
     def __init__(self, prompts: Prompts, facts: ModelFacts) -> None:
         self._prompts = prompts
         self._n_ctx_seq = facts.n_ctx_seq
+        self._micro_batch = facts.micro_batch
 
     def prepare(self, given: GenerationInput) -> Prepared:
         """The engine's requests for `given`; Refused (or one of its kinds) where it cannot run."""
@@ -215,6 +216,12 @@ class InputProcessor:
         message counts what the images take, which a client cannot know before the projector has sized them."""
         image_tokens = sum(span.n_tokens for span in prompt.media)
         log.info("images_read", images=n_images, image_tokens=image_tokens, prompt_tokens=len(prompt.tokens))
+        whole = max((span.n_tokens for span in prompt.media if span.whole), default=0)
+        if whole > self._micro_batch:  # (a projector whose every image is larger is refused at startup)
+            raise Refused([Problem(field, f"images of at most {self._micro_batch} tokens",
+                                   f"an image takes {whole} tokens, decoded whole (its tokens attend both ways), "
+                                   f"and a micro-batch holds {self._micro_batch}: send a smaller image, or start "
+                                   f"the worker with --ubatch-size {whole}", whole)])
         if len(prompt.tokens) < self._n_ctx_seq:
             return
         text_tokens = len(prompt.tokens) - image_tokens

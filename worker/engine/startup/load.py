@@ -60,7 +60,8 @@ def load_model(path: Path, config: EngineConfig, loop: asyncio.AbstractEventLoop
     if config.kv_dir is not None:
         cells.open_kv_dir(config.kv_dir, config.kv_dir_mib * MIB)
     facts = ModelFacts(model.n_ctx_seq, model.n_vocab, config.parallel, model.size_bytes, model.device_bytes,
-                       config.lora, exactness_report(engine, numerics), path, model.n_params, model.metadata())
+                       config.lora, exactness_report(engine, numerics), path, model.n_params, model.metadata(),
+                       config.micro_batch)
     served = ServedModel(engine, prompts, pooled, cells, facts, InputProcessor(prompts, facts))
     _say_loaded(served, numerics, path, chat_template)
     return served
