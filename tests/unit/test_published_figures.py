@@ -1,7 +1,7 @@
 """The README's figures, and docs/benchmarks.md's exact-speed table, against the committed runs they come from
-(docs/benchmarks.md, "The rules"): the README's comparison table is what bench/readme_table.py writes from the
-summaries under bench/results/summaries/, other quoted figures are in their run's summary, and each summary says
-when, where, at which commit and by which command it was made."""
+(docs/benchmarks.md, "The rules"): both tables are what bench/tables.py writes from the summaries under
+bench/results/summaries/, other quoted figures are in their run's summary, and each summary says when, where, at
+which commit and by which command it was made."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Iterable
 from pathlib import Path
 
-from bench import readme_table
+from bench import tables
 
 REPO = Path(__file__).resolve().parents[2]
 SUMMARIES = REPO / "bench" / "results" / "summaries"
@@ -47,15 +47,18 @@ def test_every_summary_says_when_where_what_and_how():
         assert isinstance(run["load_before"], float) and run["rounds"] >= 1, path
 
 
-def test_the_readme_table_is_what_its_runs_give():
-    """bench/readme_table.py writes the README's comparison table from the committed summaries (--write): a figure
-    typed by hand, or a run committed without writing the table again, fails here."""
-    assert readme_table.readme_table((REPO / "README.md").read_text()) == readme_table.render(), (
-        "the README's table differs from its runs: .venv/bin/python bench/readme_table.py --write")
+def test_the_published_tables_are_what_their_runs_give():
+    """bench/tables.py writes the README's comparison table and docs/benchmarks.md's first-token table from the
+    committed summaries (--write): a figure typed by hand, or a run committed without writing its table again,
+    fails here."""
+    for table in tables.TABLES:
+        assert table.held() == table.written(), (
+            f"{table.page.name}'s {table.render.__name__} table differs from its runs: .venv/bin/python "
+            "bench/tables.py --write")
 
 
 def test_every_readme_figure_row_has_a_run_that_measured_its_servers():
-    for row in readme_table.ROWS:
+    for row in tables.ROWS:
         servers = summary(row.run)["servers"]
         named = [column.server for column in row.cells if column.server] + [row.reference_server()]
         assert all(name in servers for name in named if name), (row.label, named, list(servers))
@@ -76,7 +79,7 @@ def test_the_readme_says_how_many_texts_drafts_left_unchanged():
 
 def test_peer_comparisons_ran_three_alternated_rounds():
     """docs/benchmarks.md's rules: a row that sets llm-worker beside a peer quotes medians of at least 3 rounds."""
-    for row in readme_table.ROWS:
+    for row in tables.ROWS:
         run = summary(row.run)
         if len(run["servers"]) > 1:
             assert run["rounds"] >= 3, row.run
@@ -86,28 +89,6 @@ def test_the_drafts_off_run_had_drafts_off_on_every_server():
     assert summary("throughput-drafts-off")["drafts"] == "off"
     assert summary("throughput-drafts-on")["drafts"] == "on"
     assert all(summary(name)["rounds"] >= 3 for name in ("throughput-drafts-off", "throughput-drafts-on"))
-
-
-# docs/benchmarks.md's "Exact mode's first token" (the README's "Exact at llama.cpp's speed" links to it): a row per
-# prompt length, a column per weight type, each cell "S s vs S s" (llm-worker's and llama-server's time to first token,
-# seconds), each type's run its own summary.
-FIRST_TOKEN = {"test model Q4_1": "first-token-q4_1", "Q4_K_M": "first-token-q4_k_m", "F16": "first-token-f16"}
-
-
-def test_the_exact_speed_table_quotes_its_runs():
-    lines = (REPO / "docs" / "benchmarks.md").read_text().split("| time to first token |", 1)[1].splitlines()
-    columns = [cell.strip() for cell in lines[0].strip().strip("|").split("|")]
-    assert columns == list(FIRST_TOKEN), columns
-    rows = [[cell.strip() for cell in line.strip().strip("|").split("|")] for line in lines[2:4]]
-    assert [row[0] for row in rows] == ["1,536-token prompt", "6,144-token prompt"]
-    for row in rows:
-        level = f"{row[0].split('-')[0].replace(',', '')}x1"
-        for column, cell in zip(columns, row[1:]):
-            run = summary(FIRST_TOKEN[column])
-            assert run["rounds"] >= 3 and set(run["servers"]) == {"llm-worker", "llama-server"}, run["command"]
-            ours, theirs = quoted(cell)[:2]
-            assert same(ours, run["servers"]["llm-worker"][level]["ttft_p50_ms"] / 1000), (column, cell)
-            assert same(theirs, run["servers"]["llama-server"][level]["ttft_p50_ms"] / 1000), (column, cell)
 
 
 def _ratio(name: str, ours: tuple[str, ...], theirs: tuple[str, ...]) -> float:

@@ -1,25 +1,25 @@
-"""The README's comparison table, written from the committed runs (bench/results/summaries/), never typed.
+"""The published comparison tables, written from the committed runs (bench/results/summaries/), never typed: the
+README's comparison and docs/benchmarks.md's exact-mode first-token table, each between its markers.
 
-Each row names its run and, per column, the server whose figures it quotes and how (a format string over the
+A README row names its run and, per column, the server whose figures it quotes and how (a format string over the
 figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
 llama-server's unless the row names another of the run's servers); a column without a server is words. A ratio is
-always the quoted figures' ratio, one definition for every row. `--write` puts the table between the README's
-markers; tests/unit/test_published_figures.py fails while the README holds another.
-Run: .venv/bin/python bench/readme_table.py [--write]
+always the quoted figures' ratio, one definition for every table. `--write` puts each table between its markers;
+tests/unit/test_published_figures.py fails while a page holds another.
+Run: .venv/bin/python bench/tables.py [--write]
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 SUMMARIES = REPO / "bench" / "results" / "summaries"
-README = REPO / "README.md"
-BEGIN = "<!-- table: bench/readme_table.py -->"
 END = "<!-- /table -->"
 HEADER = "| | llm-worker | llama-server | llama_cpp.server | from |\n|---|---|---|---|---|"
 # A run's peak RSS less its model file: what a server holds beside the weights.
@@ -136,24 +136,61 @@ def render_row(row: Row) -> str:
     return "|" + "|".join(f" {part} " if part else " " for part in parts) + "|"
 
 
-def render() -> str:
-    """The table, between its markers."""
-    return "\n".join([BEGIN, HEADER, *(render_row(row) for row in ROWS), END])
+def readme() -> str:
+    """The README's comparison table."""
+    return "\n".join([HEADER, *(render_row(row) for row in ROWS)])
 
 
-def readme_table(text: str) -> str:
-    """What the README holds between the markers, the markers included."""
-    start, end = text.index(BEGIN), text.index(END) + len(END)
-    return text[start:end]
+# docs/benchmarks.md's "Exact mode's first token": a column per weight type (its run), a row per prompt length, each
+# cell llm-worker's time to first token against llama-server's, seconds.
+FIRST_TOKEN_RUNS = {"test model Q4_1": "first-token-q4_1", "Q4_K_M": "first-token-q4_k_m", "F16": "first-token-f16"}
+FIRST_TOKEN_LEVELS = {"1,536-token prompt": "1536x1", "6,144-token prompt": "6144x1"}
+
+
+def first_token() -> str:
+    runs = {column: summary(name)["servers"] for column, name in FIRST_TOKEN_RUNS.items()}
+    lines = ["| time to first token | " + " | ".join(runs) + " |", "|---" * (1 + len(runs)) + "|"]
+    for label, level in FIRST_TOKEN_LEVELS.items():
+        cells = []
+        for servers in runs.values():
+            ours, theirs = (servers[name][level]["ttft_p50_ms"] / 1000 for name in (W, S))
+            cells.append(f"{ours:.2f} s vs {theirs:.2f} s ({ours / theirs:.2f}x)")
+        lines.append("| " + " | ".join([label, *cells]) + " |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Published:
+    page: Path
+    render: Callable[[], str]
+
+    @property
+    def begin(self) -> str:
+        return f"<!-- table: bench/tables.py {self.render.__name__} -->"
+
+    def written(self) -> str:
+        """The table between its markers."""
+        return "\n".join([self.begin, self.render(), END])
+
+    def held(self) -> str:
+        """What the page holds between the markers, the markers included."""
+        text = self.page.read_text()
+        start = text.index(self.begin)
+        return text[start:text.index(END, start) + len(END)]
+
+    def write(self) -> None:
+        self.page.write_text(self.page.read_text().replace(self.held(), self.written()))
+
+
+TABLES = (Published(REPO / "README.md", readme), Published(REPO / "docs" / "benchmarks.md", first_token))
 
 
 def main() -> None:
-    table = render()
-    if sys.argv[1:] == ["--write"]:
-        text = README.read_text()
-        README.write_text(text.replace(readme_table(text), table))
-    else:
-        print(table)
+    for table in TABLES:
+        if sys.argv[1:] == ["--write"]:
+            table.write()
+        else:
+            print(table.written())
 
 
 if __name__ == "__main__":
