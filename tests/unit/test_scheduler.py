@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from concurrent.futures import Future
 from dataclasses import replace
 
 from worker.engine.config import EngineConfig
@@ -202,6 +203,7 @@ def test_a_chunk_never_ends_inside_an_image_decoded_whole():
     prompt = [*range(10, 210), *stand_ins(7, 256), *range(300, 340)]
     seq = running(prompt, slot=0, n_past=0, state=SequenceState.PREFILLING)
     seq.request = replace(seq.request, media=(image,))
+    seq.embeddings[200] = encoded()
     plan = scheduler().plan
     (first,) = plan([seq], [1, 2, 3], 0, False).prefill
     assert (first.start, first.end) == (0, 200)  # the budget's 256 would end 56 tokens into the image
@@ -211,3 +213,27 @@ def test_a_chunk_never_ends_inside_an_image_decoded_whole():
     causal = replace(image, whole=False)
     seq.request, seq.n_past = replace(seq.request, media=(causal,)), 0
     assert plan([seq], [1, 2, 3], 0, False).prefill[0].end == 256
+
+
+def encoded() -> Future:
+    done: Future = Future()
+    done.set_result(None)
+    return done
+
+
+def test_a_prompt_is_prefilled_up_to_an_image_still_being_encoded_and_waits_there():
+    """Images are encoded on the encoder thread from admission (core/runner.py): the steps meanwhile prefill the text
+    before one, and a prompt whose next token is the image has no work until it is encoded."""
+    image = MediaSpan(start=40, n_tokens=16, n_pos=16, chunk=None, pixel_hash=7)
+    seq = running([*range(10, 50), *stand_ins(7, 16), *range(300, 340)], slot=0, n_past=0,
+                  state=SequenceState.PREFILLING)
+    seq.request = replace(seq.request, media=(image,))
+    seq.embeddings[40] = Future()  # encoding
+    plan = scheduler().plan
+    (chunk,) = plan([seq], [1, 2, 3], 0, False).prefill
+    assert (chunk.start, chunk.end) == (0, 40) and not seq.waits_for_encoder()
+    seq.n_past = 40
+    assert plan([seq], [1, 2, 3], 0, False).prefill == [] and seq.waits_for_encoder()
+    seq.embeddings[40].set_result(None)
+    (chunk,) = plan([seq], [1, 2, 3], 0, False).prefill
+    assert (chunk.start, chunk.end) == (40, 96) and not seq.waits_for_encoder()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ctypes
 import enum
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -50,8 +51,9 @@ class Sequence:
     # prompt's cells once it is prefilled, and sample their first token from the same logits.
     forks: list[Sequence] = field(default_factory=list)
     parent: Sequence | None = None  # for a fork: the sequence whose prompt it copies
-    # An image's embeddings (by its span's start) from its encoding until its last position is in the KV.
-    embeddings: dict[int, ctypes.Array] = field(default_factory=dict)
+    # An image's embeddings (by its span's start), encoded on the encoder thread from the sequence's admission until
+    # its last token is in the KV (core/runner.py).
+    embeddings: dict[int, Future[ctypes.Array]] = field(default_factory=dict)
     admitted_at: float = 0.0
     first_token_at: float = 0.0
     last_token_at: float = 0.0
@@ -69,6 +71,18 @@ class Sequence:
     def deadline(self) -> float:
         timeout = self.request.timeout_s
         return self.submitted_at + timeout if timeout is not None else float("inf")
+
+    def prefillable_until(self, start: int) -> int:
+        """How far from `start` the prompt may be prefilled now: up to the first image still being encoded (all of
+        the prompt where none is)."""
+        for span in self.request.media:
+            if span.end > start and not (span.start in self.embeddings and self.embeddings[span.start].done()):
+                return max(start, span.start)
+        return len(self.prompt)
+
+    def waits_for_encoder(self) -> bool:
+        """A prompt whose next token to prefill is an image still being encoded: no step has work for it."""
+        return self.state is SequenceState.PREFILLING and self.prefillable_until(self.n_past) <= self.n_past
 
     def tokens_in_kv(self) -> list[int]:
         """The tokens whose KV cells this sequence's slot holds, in position order."""

@@ -79,7 +79,7 @@ class EngineLoop:
         self.speculator = speculator(model)
         # A step's rows: a prefill chunk, or every slot's decode row with its draft.
         rows = max(budget, self.config.parallel * (1 + (self.config.draft_max if self.speculator else 0)))
-        self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator, projector)
+        self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator, projector, self._wake)
         # Embedding and rank jobs decode in pooled contexts of their own (those the model has), but on this thread:
         # never two llama_decode calls at once. Each has its queue.
         contexts = {EMBEDDINGS: model.embedding, RANK: model.ranking}
@@ -138,6 +138,11 @@ class EngineLoop:
                 self._tasks.append(task)
                 self._cond.notify()
         return task.done
+
+    def _wake(self) -> None:
+        """Something a sleeping step waits for happened (an image encoded)."""
+        with self._cond:
+            self._cond.notify()
 
     def cancel(self, sequence: Sequence) -> None:
         with self._cond:
@@ -246,8 +251,9 @@ class EngineLoop:
 
     def _wait_for_work(self) -> IdleWork | None:
         """Sleep until there is a request to serve (None) or idle work is due."""
-        while not (self._running or self._waiting or self._stopping or any(q for _, q in self._pooled.values())
-                   or self._runnable_tasks()):
+        # (a running prompt whose next token is an image still being encoded has nothing to do till it is)
+        while not (any(not seq.waits_for_encoder() for seq in self._running) or self._waiting or self._stopping
+                   or any(q for _, q in self._pooled.values()) or self._runnable_tasks()):
             work = self._idle_work()
             if work is None:
                 self._cond.wait()

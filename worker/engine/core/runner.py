@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ctypes
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import llama_cpp
@@ -53,8 +54,10 @@ class PassPlace:
 
 class ModelRunner:
     def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace,
-                 speculator: Speculator | None = None, projector: Projector | None = None) -> None:
+                 speculator: Speculator | None = None, projector: Projector | None = None,
+                 encoded: Callable[[], None] = lambda: None) -> None:
         self.model = model
+        self._encoded = encoded  # an image's encoding ended (on the encoder thread): a step may now prefill it
         self.cache = cache
         self.pace = pace  # what the scheduler budgets prefill by
         self.speculator = speculator  # None: no speculative decoding
@@ -112,6 +115,11 @@ class ModelRunner:
             self.cells.empty(slot)
             reuse = 0
         seq.slot, seq.n_past, seq.cached = slot, reuse, reuse
+        if self.projector is not None and seq.parent is None:  # (a fork is given its parent's cells)
+            for span in seq.request.media:
+                if span.end > reuse:  # the images the cache does not hold whole
+                    seq.embeddings[span.start] = self.projector.encode_later(span)
+                    seq.embeddings[span.start].add_done_callback(lambda _: self._encoded())
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
         seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, text_only(seq.prompt),
@@ -123,6 +131,8 @@ class ModelRunner:
         if plan.decode or plan.prefill:
             # The next llama_decode after a switch rebuilds llama.cpp's schedule: that call's time is the switch's.
             self._switched = self.model.adapters.use(plan.adapters)
+        if self.projector is not None:
+            self.projector.beside_streams = bool(plan.decode)
         if plan.decode:
             # A prompt waiting for its first token waits for this step's decode call too: with a prefill chunk to
             # run, decode rows carry no drafts, so that call stays one row a sequence (bench/chat.py).
@@ -441,20 +451,18 @@ class ModelRunner:
 
     def _decode_image(self, seq: Sequence, span: MediaSpan, start: int, end: int, logits_last: bool,
                       events: Events) -> bool:
-        """One llama_decode of the image's embeddings for tokens start..end (encoded first, if this is the first
-        of its positions the sequence decodes); False (the sequence retired) if either failed."""
+        """One llama_decode of the image's embeddings for tokens start..end (encoded on the encoder thread since
+        the sequence's admission: planning waits for them); False (the sequence retired) if either failed."""
         batch, projector = self._embd_batch, self.projector
         assert batch is not None and projector is not None  # only an engine with a projector takes images
         if not self._continuing([Row(-1, start, seq, False)], events):  # (its rows must go on from its cells too)
             return False
-        embeddings = seq.embeddings.get(span.start)
-        if embeddings is None:
-            try:
-                embeddings = seq.embeddings[span.start] = projector.encode(span)
-            except RuntimeError as failed:
-                log.error("image_encode_failed", why=str(failed), request_id=seq.request.request_id)
-                self.retire(seq, FinishReason.ERROR, events, str(failed))
-                return False
+        try:
+            embeddings = seq.embeddings[span.start].result()
+        except (RuntimeError, MemoryError) as failed:
+            log.error("image_encode_failed", why=str(failed), request_id=seq.request.request_id)
+            self.retire(seq, FinishReason.ERROR, events, str(failed))
+            return False
         width = self.model.n_embd * ctypes.sizeof(ctypes.c_float)
         source = ctypes.addressof(embeddings) + (start - span.start) * width
         ctypes.memmove(ctypes.addressof(batch.embd.contents), source, (end - start) * width)
@@ -500,6 +508,9 @@ class ModelRunner:
         if seq.sampler is not None:
             seq.sampler.free()
             seq.sampler = None
+        for encoding in seq.embeddings.values():  # one not begun yet is not begun at all
+            encoding.cancel()
+        seq.embeddings.clear()
         for fork in seq.forks:  # forks still waiting for this prompt will never get it
             if fork.state is SequenceState.FORKED:
                 self.retire(fork, reason, events, message)

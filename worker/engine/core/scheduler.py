@@ -242,7 +242,9 @@ class Scheduler:
         for sequence in serving:  # in admission order: the oldest prompt finishes first
             if sequence.state is not SequenceState.PREFILLING:
                 continue
-            start, end = sequence.n_past, len(sequence.prompt)
+            start, end = sequence.n_past, sequence.prefillable_until(sequence.n_past)
+            if end <= start:  # its next token is an image still being encoded: the step goes on without it
+                continue
             if end - start > budget:
                 end = align_down(start + budget, grid)
                 # Never leave a lone last row (see PrefixCache.reusable), where the grid leaves room: on a GPU's

@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import weakref
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,7 +43,8 @@ class Bitmap:
 
 # libmtmd comes from beside the libllama the process loaded (exactness/build_choice.py sets MTMD_CPP_LIB), since it
 # calls into libllama. Decoding an image and tokenizing may run on any thread, as llama-server runs them on its HTTP
-# threads; encoding runs on the engine thread only, within its steps.
+# threads; encoding runs on an encoder thread of its own, one image at a time (mtmd keeps one output buffer), while
+# the engine thread's steps go on: a stream beside an arriving image is not held for the encoder's whole graph.
 class Projector:
     def __init__(self, path: Path, model: LlamaModel) -> None:
         _check_file(path)
@@ -54,6 +57,13 @@ class Projector:
         # computes, and the engine thread must be that one (docs/development.md, "The engine at work").
         params.warmup = False
         self._marker = params.media_marker  # the struct points at these bytes
+        self._encoder = ThreadPoolExecutor(1, thread_name_prefix="encoder")
+        self.threads = model.config.threads
+        # Set by the engine thread each step: streams decode beside the encoder, which then takes half the threads
+        # (bench/probes/RESULTS.md, "The encoder beside streams"): their steps are not starved, and an image alone
+        # is encoded with all of them.
+        self.beside_streams = False
+        self._set_threads = _thread_setter()
         ctx = mtmd.mtmd_init_from_file(str(path).encode(), model.model, params)
         if not ctx:
             why = " ".join(llama_log.last_error("llama.cpp could not load it").split())  # one line, as mtmd's has two
@@ -161,8 +171,15 @@ class Projector:
             tokens.extend(stand_ins(key, n_tokens))
         return MediaPrompt(tokens, tuple(spans))
 
+    def encode_later(self, span: MediaSpan) -> Future[ctypes.Array]:
+        """The span's embeddings, encoded on the encoder thread (the future fails with RuntimeError where mtmd
+        did)."""
+        return self._encoder.submit(self.encode, span)
+
     def encode(self, span: MediaSpan) -> ctypes.Array:
-        """The span's embeddings, n_tokens x n_embd floats (engine thread: it runs the encoder's graph)."""
+        """The span's embeddings, n_tokens x n_embd floats (the encoder thread: it runs the encoder's graph)."""
+        if self._set_threads is not None:
+            self._set_threads(self.ctx, max(1, self.threads // 2) if self.beside_streams else self.threads)
         status = mtmd.mtmd_encode_chunk(self.ctx, span.chunk)
         if status != 0:
             raise RuntimeError(f"mtmd_encode_chunk failed with status {status}: {llama_log.last_error('')}")
@@ -189,9 +206,19 @@ class Projector:
                 into[section * rows + row] = value
 
     def close(self) -> None:
+        self._encoder.shutdown(cancel_futures=True)
         if self.ctx:
             mtmd.mtmd_free(self.ctx)
             self.ctx = None
+
+
+def _thread_setter() -> Callable[[int, int], None] | None:
+    """mtmd_set_n_threads (patch 0012, not in the binding); None in a libmtmd without it, whose encoder keeps the
+    thread count it was made with."""
+    setter = getattr(mtmd._libmtmd, "mtmd_set_n_threads", None)
+    if setter is not None:
+        setter.argtypes, setter.restype = [ctypes.c_void_p, ctypes.c_int], None
+    return setter
 
 
 def _hashed(handle: int, audio: bool = False) -> Bitmap:
