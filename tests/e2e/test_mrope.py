@@ -6,6 +6,7 @@ other streams and in the next turn as with --prefix-cache off."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 
@@ -176,3 +177,24 @@ async def test_no_step_refused_a_row_or_a_cut(http, mrope):
     status, _ = await ask_chat(http, mrope.url, image_message(picture("red"), text=LONG_QUESTION))
     assert status == 200
     assert worker_log_errors(mrope) == []
+
+
+async def test_ollama_and_anthropic_routes_send_the_image_and_answer_as_the_chat(http, mrope):
+    """The same image through Ollama's /api/chat (`images`, base64) and Anthropic's /v1/messages (an image block):
+    each answer is OpenAI chat's, greedy."""
+    blue = base64.b64encode(picture("blue")).decode()
+    status, chat = await ask_chat(http, mrope.url, image_message(picture("blue")))
+    assert status == 200, chat
+    async with http.get(mrope.url + "/v1/models") as response:
+        model = (await response.json())["data"][0]["id"]
+    ollama = {"model": model, "stream": False, "options": {"temperature": 0, "num_predict": 12},
+              "messages": [{"role": "user", "content": QUESTION, "images": [blue]}]}
+    async with http.post(mrope.url + "/api/chat", json=ollama) as response:
+        assert response.status == 200, await response.text()
+        assert (await response.json())["message"]["content"] == completion_text(chat)
+    anthropic = {"model": model, "max_tokens": 12, "temperature": 0, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": blue}},
+        {"type": "text", "text": QUESTION}]}]}
+    async with http.post(mrope.url + "/v1/messages", json=anthropic) as response:
+        assert response.status == 200, await response.text()
+        assert (await response.json())["content"][0]["text"] == completion_text(chat)
