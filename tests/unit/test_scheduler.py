@@ -234,6 +234,9 @@ def test_a_prompt_is_prefilled_up_to_an_image_still_being_encoded_and_waits_ther
     assert (chunk.start, chunk.end) == (0, 40) and not seq.waits_for_encoder()
     seq.n_past = 40
     assert plan([seq], [1, 2, 3], 0, False).prefill == [] and seq.waits_for_encoder()
+    seq.cancelled = True
+    assert not seq.waits_for_encoder()  # a step drops it
+    seq.cancelled = False
     seq.embeddings[40].set_result(None)
     (chunk,) = plan([seq], [1, 2, 3], 0, False).prefill
     assert (chunk.start, chunk.end) == (40, 96) and not seq.waits_for_encoder()

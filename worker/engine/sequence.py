@@ -81,8 +81,10 @@ class Sequence:
         return len(self.prompt)
 
     def waits_for_encoder(self) -> bool:
-        """A prompt whose next token to prefill is an image still being encoded: no step has work for it."""
-        return self.state is SequenceState.PREFILLING and self.prefillable_until(self.n_past) <= self.n_past
+        """A prompt whose next token to prefill is an image still being encoded: no step has work for it (but to
+        drop it, once cancelled)."""
+        return (not self.cancelled and self.state is SequenceState.PREFILLING
+                and self.prefillable_until(self.n_past) <= self.n_past)
 
     def tokens_in_kv(self) -> list[int]:
         """The tokens whose KV cells this sequence's slot holds, in position order."""
