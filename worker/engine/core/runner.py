@@ -467,13 +467,10 @@ class ModelRunner:
         source = ctypes.addressof(embeddings) + (start - span.start) * width
         ctypes.memmove(ctypes.addressof(batch.embd.contents), source, (end - start) * width)
         for i, index in enumerate(range(start, end)):
-            batch.n_seq_id[i], batch.seq_id[i][0] = 1, seq.slot
+            batch.pos[i], batch.n_seq_id[i], batch.seq_id[i][0] = seq.positions.cell(index), 1, seq.slot
             batch.logits[i] = logits_last and index == end - 1
-        if projector.mrope:
+        if projector.mrope:  # each row placed by 4 numbers, written over the one above
             projector.place_mrope(span, seq.positions.cell(span.start), start, end, batch.pos)
-        else:
-            for i, index in enumerate(range(start, end)):
-                batch.pos[i] = seq.positions.cell(index)
         batch.n_tokens = end - start
         if span.whole:  # its rows attend to each other both ways (Gemma 3): this call alone, as mtmd's helper does
             llama_cpp.llama_set_causal_attn(self.model.ctx, False)
