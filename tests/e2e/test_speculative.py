@@ -102,6 +102,34 @@ async def test_seeded_sampling_draws_the_same_text_with_drafts(http, base_url, n
     assert ours == await answers(http, base_url, [prompt], False, **body, **NO_DRAFTS)
 
 
+async def test_a_stop_string_inside_a_kept_draft_ends_the_answer_as_without_drafts(http, base_url, ngram_worker):
+    """The runner keeps drafted tokens while each is what was sampled; a stop string is text, which only the step's
+    update reads (core/step_update.py): found inside a kept draft, the answer ends there and the rows drawn past it
+    are dropped as a rejected draft's are. Stops placed along a copied code block (where drafts run long): each
+    answer, its token count and its next turn equal drafting off, and the log shows the rows past a stop dropped."""
+    prompt = COPYING[0]
+    [reference] = await answers(http, base_url, [prompt], False, **GREEDY, **NO_DRAFTS)
+    stops = [stop for at in range(24, len(reference) - 8, 12) if reference.find(stop := reference[at:at + 5]) == at]
+    assert len(stops) >= 4, reference
+    dropped = ngram_worker.log().count("rows_past_the_end_dropped")
+
+    async def turns(url: str, stop: str, **extra) -> list[tuple[str, str, int]]:
+        messages, said = [{"role": "user", "content": prompt}], []
+        for question in ("Again, the first line only.", None):
+            body = {"messages": messages, **GREEDY, "stop": [stop], **extra}
+            result = await openai_once(http, url + "/v1/chat/completions", body)
+            choice = result["choices"][0]
+            said.append((choice["message"]["content"], choice["finish_reason"], result["usage"]["completion_tokens"]))
+            if question is not None:
+                messages += [{"role": "assistant", "content": choice["message"]["content"]},
+                             {"role": "user", "content": question}]
+        return said
+
+    for stop in stops:
+        assert await turns(ngram_worker.url, stop) == await turns(base_url, stop, **NO_DRAFTS), stop
+    assert ngram_worker.log().count("rows_past_the_end_dropped") > dropped  # (a stop fell inside a kept draft)
+
+
 async def test_health_and_log_say_drafts_keep_the_text(http, ngram_worker):
     async with http.get(ngram_worker.url + "/health") as response:
         exactness = (await response.json())["exactness"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.engine.core.token_output import TokenOutput, finished_event
+from worker.engine.core.token_output import TokenOutput, finished_event, forced_token
 from worker.engine.output.detokenizer import StreamingText
 from worker.engine.output.reasoning import ReasoningPhase
 from worker.engine.requests import FinishReason, Reasoning, Request, SamplingParams, TokenLogprob
@@ -96,20 +96,19 @@ def test_end_of_generation_flushes_and_is_counted():
 
 def test_a_spent_reasoning_budget_writes_the_end_tag_token_by_token():
     seq = sequence(budget=2, thinking=True)
-    out = output()
     seq.thought = 1
-    assert out.forced_token(seq, reasoning=True) is None  # budget not spent: the chain samples
+    assert forced_token(seq, reasoning=True) is None  # budget not spent: the chain samples
     seq.thought = 2
-    assert out.forced_token(seq, reasoning=True) == 9
-    assert out.forced_token(seq, reasoning=True) == 10  # the rest of the tag
-    assert out.forced_token(seq, reasoning=False) is None  # the tag closed the reasoning: the chain samples
+    assert forced_token(seq, reasoning=True) == 9
+    assert forced_token(seq, reasoning=True) == 10  # the rest of the tag
+    assert forced_token(seq, reasoning=False) is None  # the tag closed the reasoning: the chain samples
     assert seq.sampler.accepted == [9, 10]  # the chain (penalties, grammar) sees what was written
 
 
 def test_no_budget_or_no_reasoning_never_forces():
     for seq, reasoning in ((sequence(budget=None, thinking=True), True), (sequence(budget=0), False)):
         seq.thought = 100
-        assert output().forced_token(seq, reasoning) is None
+        assert forced_token(seq, reasoning) is None
         assert seq.sampler.accepted == []
 
 

@@ -11,8 +11,8 @@ from functools import partial
 from typing import TypeVar
 
 from worker.engine.core.loop import EngineLoop
-from worker.engine.core.runner import Events
 from worker.engine.core.scheduler import SchedulerStats
+from worker.engine.core.step_update import Events
 from worker.engine.errors import ContextLengthExceeded, EmptyPrompt
 from worker.engine.handle import RequestHandle
 from worker.engine.handoff import Handoff

@@ -86,6 +86,15 @@ class Sequence:
         return (not self.cancelled and self.state is SequenceState.PREFILLING
                 and self.prefillable_until(self.n_past) <= self.n_past)
 
+    def draws_by_phase(self) -> bool:
+        """Whether its next tokens are drawn by where its answer's text stands (a thinking model's reasoning under a
+        grammar of the answer, or under a reasoning budget), which only the step's update reads, token by token: such
+        a sequence drafts nothing until its answer has begun (core/runner.py)."""
+        phase, sampler = self.text.phase, self.sampler
+        if phase is None or phase.answering:
+            return False
+        return self.request.sampling.reasoning_budget is not None or (sampler is not None and sampler.reads_phase)
+
     def tokens_in_kv(self) -> list[int]:
         """The tokens whose KV cells this sequence's slot holds, in position order."""
         prompt = self.prompt

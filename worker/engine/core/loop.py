@@ -15,8 +15,10 @@ from typing import Any, TypeVar
 import structlog
 
 from worker.engine.core.cell_watch import CellWatch
-from worker.engine.core.runner import Events, ModelRunner, PassPlace
+from worker.engine.core.draft_passes import DraftPasses, PassPlace
+from worker.engine.core.runner import ModelRunner
 from worker.engine.core.scheduler import Pace, Scheduler, SchedulerStats, chunk_budget, chunk_grid
+from worker.engine.core.step_update import Events, StepUpdate
 from worker.engine.core.token_output import finished_event
 from worker.engine.errors import QueueFull
 from worker.engine.kv.cell_transfer import CellTransfer
@@ -79,7 +81,10 @@ class EngineLoop:
         self.speculator = speculator(model)
         # A step's rows: a prefill chunk, or every slot's decode row with its draft.
         rows = max(budget, self.config.parallel * (1 + (self.config.draft_max if self.speculator else 0)))
-        self._runner = ModelRunner(model, self.cache, rows, pace, self.speculator, projector, self._wake)
+        self._cells = CellTransfer(model, self.cache)  # cells between slots, host memory and files
+        self._runner = ModelRunner(model, self.cache, self._cells, rows, self.speculator, projector, self._wake)
+        self._update = StepUpdate(model, self.cache, self._cells, pace, self.speculator)
+        self._passes = DraftPasses(model, self._cells, max(self.speculator.timed_rows)) if self.speculator else None
         # Embedding and rank jobs decode in pooled contexts of their own (those the model has), but on this thread:
         # never two llama_decode calls at once. Each has its queue.
         contexts = {EMBEDDINGS: model.embedding, RANK: model.ranking}
@@ -119,12 +124,12 @@ class EngineLoop:
 
     def on_slot(self, slot: int, action: Callable[[CellTransfer], T]) -> Future[T]:
         """Run `action` on the engine thread once `slot` is free: its result, or its exception, in the future."""
-        return self._call(CellTask(lambda: action(self._runner.cells), slot))
+        return self._call(CellTask(lambda: action(self._cells), slot))
 
     def free_slots_cells(self, known: Callable[[list[int], int], bool]) -> Future[tuple[list[SavedCells],
                                                                                          list[list[int]]]]:
         """On the engine thread, between steps: the free slots' cells worth a file (CellTransfer.snapshots)."""
-        return self._call(CellTask(lambda: self._runner.cells.snapshots(list(self._free_slots), known)))
+        return self._call(CellTask(lambda: self._cells.snapshots(list(self._free_slots), known)))
 
     def busy_slots(self) -> set[int]:
         with self._cond:
@@ -184,13 +189,15 @@ class EngineLoop:
     # -- the engine thread ---------------------------------------------------------
 
     def measure_passes(self, known: dict[int, float] | None, keep: Callable[[dict[int, float]], None]) -> None:
-        """Before serving, with drafting on: what a pass of each draft size costs (ModelRunner.measure_passes), or
+        """Before serving, with drafting on: what a pass of each draft size costs (timed in slot 0, left empty), or
         `known`, what a start with the same model, flags and build timed. `keep` hears the costs each time every row
         count has been timed here: at load, or once idle where startup left some untimed (busy cores) or serving
         found them timed beside a busy process; the next start reuses what it last heard (startup/check_record.py)."""
         if self.speculator:
+            passes = self._passes
+            assert passes is not None  # drafting times its passes
             self._keep_passes = keep
-            if self._runner.measure_passes(self.speculator, known):
+            if self.speculator.time_passes_at_load(lambda rows: passes.time_pass(rows, PassPlace(0, 0)), known):
                 keep(dict(self.speculator.timed_passes))
 
     def stop_drafting(self) -> None:
@@ -198,7 +205,7 @@ class EngineLoop:
         change the text)."""
         if self.speculator:
             self.speculator.close()
-            self.speculator = self._runner.speculator = None
+            self.speculator = self._runner.speculator = self._update.speculator = None
 
     def run(self) -> None:
         try:
@@ -207,6 +214,8 @@ class EngineLoop:
         finally:
             self._finish_all(FinishReason.CANCELLED, "the worker is shutting down")
             self._runner.close()
+            if self._passes is not None:
+                self._passes.close()
             if self.speculator:
                 self.speculator.close()
             for embedder, _ in self._pooled.values():
@@ -236,7 +245,7 @@ class EngineLoop:
         if work is IdleWork.TIME_PASSES:
             self._time_a_pass_again()
             return True
-        self._runner.run(plan, events)
+        self._update.apply(self._runner.run(plan), events)
         self._collect_finished()
         if events:
             self._dispatch(events)
@@ -273,17 +282,17 @@ class EngineLoop:
         return None
 
     def _pass_place(self) -> PassPlace | None:
-        assert self.speculator is not None  # only drafting times passes
-        return self._runner.pass_place(self._free_slots, max(self.speculator.timed_rows))
+        assert self.speculator is not None and self._passes is not None  # only drafting times passes
+        return self._passes.place(self._free_slots, max(self.speculator.timed_rows))
 
     def _time_a_pass_again(self) -> None:
         """One row count's pass timed again, in a free slot past its cells (outside the lock: a request that
         comes meanwhile waits for this pass alone; only this thread changes the free slots and what is due)."""
-        speculator, place = self.speculator, self._pass_place()
-        assert speculator is not None and place is not None  # _idle_work found both
+        speculator, passes, place = self.speculator, self._passes, self._pass_place()
+        assert speculator is not None and passes is not None and place is not None  # _idle_work found them
         rows = speculator.pass_to_time_again(time.monotonic())
         assert rows is not None
-        if speculator.timed_again(rows, self._runner.time_pass(rows, place)):
+        if speculator.timed_again(rows, passes.time_pass(rows, place)):
             log.info("passes_timed", again=True, ms=speculator.costs.milliseconds)
             # Timed past the fewest cells a free slot holds, near their cost in an empty one (pass_place).
             if self._keep_passes is not None and speculator.all_passes_timed:
@@ -291,7 +300,7 @@ class EngineLoop:
 
     def _runnable_tasks(self) -> list[CellTask]:
         return [task for task in self._tasks if task.slot is None or
-                (task.slot in self._free_slots and not self._runner.cells.copying(task.slot))]
+                (task.slot in self._free_slots and not self._cells.copying(task.slot))]
 
     def _run_tasks(self) -> None:
         for task in self._runnable_tasks():
@@ -318,11 +327,11 @@ class EngineLoop:
                 _finish_waiting(seq, *end, events)
         for seq in self._running:
             if (end := ending(seq)) is not None:
-                self._runner.retire(seq, end[0], events, end[1])
+                self._update.retire(seq, end[0], events, end[1])
         self._collect_finished()
 
     def _collect_finished(self) -> None:
-        """Sequences the runner retired give their slots back."""
+        """Sequences the step's update retired give their slots back."""
         for seq in [s for s in self._running if s.state is SequenceState.FINISHED]:
             self._running.remove(seq)
             self._free_slots.append(seq.slot)
@@ -331,7 +340,7 @@ class EngineLoop:
         events: Events = []
         with self._cond:
             for seq in self._running:
-                self._runner.retire(seq, reason, events, message)
+                self._update.retire(seq, reason, events, message)
             self._collect_finished()
             while self._waiting:
                 _finish_waiting(self._waiting.popleft(), reason, message, events)
@@ -347,7 +356,7 @@ class EngineLoop:
 def speculator(model: LlamaModel) -> Speculator | None:
     """The worker's speculative decoding, as --spec-type asks and the model's memory allows; None: none. A recurrent
     state with snapshots undoes at most as many tokens as it keeps; one without is checkpointed before a draft is
-    verified (ModelRunner._checkpoints_before_verifying), which undoes any length."""
+    verified (core/runner.py: _checkpoints_before_verifying), which undoes any length."""
     config, memory = model.config, model.memory_kind
     if config.drafting is SpecType.NONE or config.draft_max == 0:
         return None

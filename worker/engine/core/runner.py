@@ -1,6 +1,7 @@
-"""Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample, retire. Engine thread
-only. Calls are laid out as core/scheduler.py decides; what a token adds to the answer is core/token_output.py's,
-cells moved between slots and host memory kv/cell_transfer.py's."""
+"""Carries out a StepPlan on the llama context: fill batches, decode, verify drafts, sample; and returns what it
+computed as a StepOutput (core/step_output.py), changing nothing else. Engine thread only. Calls are laid out as
+core/scheduler.py decides; what the tokens add to the answers, and what the calls' times teach, is the step's update's
+(core/step_update.py); cells moved between slots and host memory are kv/cell_transfer.py's."""
 
 from __future__ import annotations
 
@@ -12,26 +13,24 @@ from dataclasses import dataclass
 import llama_cpp
 import structlog
 
-from worker.engine.core.scheduler import Admission, Chunk, Pace, StepPlan
-from worker.engine.core.token_output import TokenOutput, finished_event
+from worker.engine.core.scheduler import Admission, Chunk, StepPlan
+from worker.engine.core.step_output import Call, DecodeStep, Drawn, Prefilled, Read, StepOutput
+from worker.engine.core.token_output import forced_token
 from worker.engine.kv.cell_transfer import CellTransfer
 from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.prefix_cache import PrefixCache, Settle
 from worker.engine.media import MediaSpan, runs, text_only
-from worker.engine.modes import CacheMode
 from worker.engine.native.memory import Cuts
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.output.logprobs import LogprobReader
 from worker.engine.output.sampler import Sampler
-from worker.engine.requests import Event, FinishReason, PromptLogprobs, Scored
+from worker.engine.requests import FinishReason, PromptLogprobs, Scored
 from worker.engine.sequence import Sequence, SequenceState
 from worker.engine.speculative.sequence_view import DraftingSequence
-from worker.engine.speculative.speculator import TIMING_AT_LOAD_S, Speculator
+from worker.engine.speculative.speculator import Speculator
 
 log = structlog.get_logger(__name__)
-
-Events = list[tuple[Sequence, Event]]
 
 
 @dataclass(frozen=True)
@@ -44,22 +43,13 @@ class Row:
     logits: bool  # computed for sampling (or scoring)
 
 
-@dataclass(frozen=True)
-class PassPlace:
-    """Where a pass is timed on purpose: a slot, from this position on (past the cells it keeps)."""
-
-    slot: int
-    start: int
-
-
 class ModelRunner:
-    def __init__(self, model: LlamaModel, cache: PrefixCache, max_rows: int, pace: Pace,
+    def __init__(self, model: LlamaModel, cache: PrefixCache, cells: CellTransfer, max_rows: int,
                  speculator: Speculator | None = None, projector: Projector | None = None,
                  encoded: Callable[[], None] = lambda: None) -> None:
         self.model = model
         self._encoded = encoded  # an image's encoding ended (on the encoder thread): a step may now prefill it
-        self.cache = cache
-        self.pace = pace  # what the scheduler budgets prefill by
+        self.cache = cache  # read at admission: what a slot holds, its checkpoints
         self.speculator = speculator  # None: no speculative decoding
         self.projector = projector  # None: no images
         self._batch = llama_cpp.llama_batch_init(max_rows, 0, 1)
@@ -72,9 +62,7 @@ class ModelRunner:
             self._own_pos = self._embd_batch.pos  # llama_batch_free frees the batch's own array
             self._embd_batch.pos = ctypes.cast(self._mrope_pos, ctypes.POINTER(llama_cpp.llama_pos))
         self._logprobs = LogprobReader(model.ctx, model.n_vocab, model.piece)
-        self._output = TokenOutput(model.is_eog, model.piece, model.token_bytes)
-        self._switched = False  # the context's LoRA adapters changed since its last llama_decode
-        self.cells = CellTransfer(model, cache)  # cells between slots, host memory and files
+        self.cells = cells  # cells between slots, host memory and files
         self.decode_s = 0.0  # cumulative time inside llama_decode
 
     def close(self) -> None:
@@ -127,68 +115,57 @@ class ModelRunner:
         if self.speculator:
             self.speculator.start(seq)
 
-    def run(self, plan: StepPlan, events: Events) -> None:
+    def run(self, plan: StepPlan) -> StepOutput:
+        out = StepOutput()
         if plan.decode or plan.prefill:
             # The next llama_decode after a switch rebuilds llama.cpp's schedule: that call's time is the switch's.
-            self._switched = self.model.adapters.use(plan.adapters)
+            out.switched = self.model.adapters.use(plan.adapters)
         if self.projector is not None:
             self.projector.beside_streams = bool(plan.decode)
         if plan.decode:
             # A prompt waiting for its first token waits for this step's decode call too: with a prefill chunk to
             # run, decode rows carry no drafts, so that call stays one row a sequence (bench/chat.py).
-            self._decode_step(plan.decode, events, drafting=not plan.prefill)
+            self._decode_step(plan.decode, out, drafting=not plan.prefill)
         for chunk in plan.prefill:
-            self._prefill(chunk, events)
+            self._prefill(chunk, out)
         if plan.settle is not None:
             self.model.adapters.use(plan.settle.adapters)
-            self._settle(plan.settle)
+            if self._settle(plan.settle):
+                out.settled = plan.settle
+        return out
 
-    def _decode_step(self, decode: list[Sequence], events: Events, drafting: bool) -> None:
+    def _decode_step(self, decode: list[Sequence], out: StepOutput, drafting: bool) -> None:
         """One row for each generating sequence, each followed by its draft if it drafts (speculative/speculator.py;
-        `drafting` False: none this step)."""
+        `drafting` False: none this step). A sequence's rows are sampled in order while each drew its draft's token;
+        whether the answer ended among them is the update's to find, which then drops the rows after its end."""
         began = time.perf_counter()
         speculator = self.speculator
-        drafts = speculator.drafts(decode) if speculator and drafting else {}
+        drafts = speculator.drafts([seq for seq in decode if not seq.draws_by_phase()]) \
+            if speculator and drafting else {}
         undo = self._checkpoints_before_verifying(decode, drafts)
         steps = [(seq, drafts.get(seq, [])) for seq in decode]
         rows = []
         for seq, draft in steps:
             rows.append(Row(seq.generated[-1], seq.n_past, seq, True))
             rows.extend(Row(token, seq.n_past + 1 + i, seq, True) for i, token in enumerate(draft))
-        if len(continuing := self._continuing(rows, events)) < len(rows):  # a row's logits are found by its index
-            rows, steps = continuing, [(seq, draft) for seq, draft in steps if seq.state is not SequenceState.FINISHED]
+        if len(continuing := self._continuing(rows, out)) < len(rows):  # a row's logits are found by its index
+            rows, steps = continuing, [(seq, draft) for seq, draft in steps if not out.ended(seq)]
         started = self.decode_s
-        if not self._decoded(rows, events):
+        if not self._decoded(rows, out):
             return
-        seconds = self.decode_s - started
-        if not self._switch_took(seconds, self.pace.decode_call_s.get(len(rows))):
-            self.pace.observe_decode(seconds, len(rows))
-        if speculator:
-            speculator.observe_call([(seq.slot, 1 + len(draft)) for seq, draft in steps], seconds)
-        now, row, generated, rejected = time.monotonic(), 0, 0, []
+        out.calls.append(Call([(seq.slot, 1 + len(draft)) for seq, draft in steps], self.decode_s - started, False))
+        row, generated, rejected = 0, 0, []
         for seq, draft in steps:
             decoded_first = seq.generated[-1]
-            accepted = self._verify(seq, draft, row, now, events, seq in undo)
-            if draft and speculator:  # (drafts come only from the speculator)
-                speculator.verified(seq, len(draft), accepted)
-            if seq in undo and accepted < len(draft):
-                rejected.append((seq, [decoded_first, *draft[:accepted]]))
-            generated += 1 + accepted
+            drawn = self._verify(seq, draft, row, out, seq in undo)
+            if seq in undo and drawn.accepted < len(draft):
+                rejected.append((seq, [decoded_first, *draft[:drawn.accepted]]))
+            generated += 1 + drawn.accepted
             row += 1 + len(draft)
         for seq, kept in rejected:  # after every row's logits were read: this decodes again
-            self._undo_draft(seq, undo[seq], kept, events)
-        if speculator:
-            speculator.observe_step(len(decode), generated, time.perf_counter() - began, bool(drafts))
-
-    def _switch_took(self, seconds: float, usual: float | None) -> bool:
-        """After an adapter switch, the first call's time over its usual time is the switch's (core/adapter_turns.py);
-        True then: the call is no sample of its usual pace. `usual` None or 0: not measured yet."""
-        if not self._switched:
-            return False
-        self._switched = False
-        if usual:
-            self.pace.observe_switch(seconds - usual)
-        return True
+            if not out.ended(seq):
+                self._undo_draft(seq, undo[seq], kept, out)
+        out.decode = DecodeStep(len(decode), generated, began, bool(drafts))
 
     def _checkpoints_before_verifying(self, decode: list[Sequence], drafts: dict[DraftingSequence, list[int]]
                                       ) -> dict[Sequence, Checkpoint]:
@@ -206,13 +183,10 @@ class ModelRunner:
                 checkpoints[seq] = checkpoint
         return checkpoints
 
-    def _undo_draft(self, seq: Sequence, checkpoint: Checkpoint, kept: list[int], events: Events) -> None:
+    def _undo_draft(self, seq: Sequence, checkpoint: Checkpoint, kept: list[int], out: StepOutput) -> None:
         """The slot back at the checkpoint taken before the step, and the step's kept tokens (its decode row's and
         the accepted drafted ones) decoded again as one chunk, no logits: the state then holds what decoding without
-        the draft makes (the load-time check measures a chunk's state against one-token decodes). A slot emptied
-        meanwhile (its sequence ended where nothing is kept) stays empty."""
-        if llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot) < 0:
-            return
+        the draft makes (the load-time check measures a chunk's state against one-token decodes)."""
         if self.cells.resume(seq.slot, checkpoint):
             batch = self._batch
             for i, token in enumerate(kept):
@@ -221,101 +195,52 @@ class ModelRunner:
             batch.n_tokens = len(kept)
             if self._llama_decode(batch) == 0:
                 return
-        self.cells.empty(seq.slot)
-        self.cache.forget(seq.slot)
-        self.retire(seq, FinishReason.ERROR, events, "its state could not go back to before a rejected draft")
+        self.cells.forget(seq.slot)
+        out.end(seq, FinishReason.ERROR, "its state could not go back to before a rejected draft")
 
-    def _verify(self, seq: Sequence, draft: list[int], row: int, now: float, events: Events,
-                checkpointed: bool = False) -> int:
+    def _verify(self, seq: Sequence, draft: list[int], row: int, out: StepOutput, checkpointed: bool) -> Drawn:
         """Sample the sequence's rows in order, keeping drafted tokens while each is what was sampled: row i's
-        logits are then those of the tokens the sequence really has, and its sample is the next token. Returns
-        the drafted tokens accepted (the tokens generated are one more). `checkpointed`: rejected tokens are undone
-        from a checkpoint after the step (_undo_draft), not cut here."""
-        accepted = 0
+        logits are then those of the tokens the sequence really has, and its sample is the next token. `checkpointed`:
+        rejected tokens are undone from a checkpoint after the step (_undo_draft), not cut here."""
+        drawn = Drawn(seq, drafted=len(draft))
+        out.outcomes.append(drawn)
         seq.n_past += 1
-        token = self._sample(seq, row, now, events)
-        while accepted < len(draft) and token == draft[accepted] and seq.state is SequenceState.DECODING:
-            accepted += 1
+        token = self._sample(seq, row, drawn, out)
+        while drawn.accepted < len(draft) and token == draft[drawn.accepted] and not self._ends(seq, drawn):
+            drawn.accepted += 1
             seq.n_past += 1  # the drafted token's cell holds what the sequence has
-            token = self._sample(seq, row + accepted, now, events)
+            token = self._sample(seq, row + drawn.accepted, drawn, out)
         if draft and not checkpointed and not self.cells.cut(seq.slot, seq.n_past):
             # The rejected tokens' cells stay where nothing may read or reuse them: drafts are held to what the
             # memory undoes (speculative/speculator.py), so this is a fault, and ends this sequence alone.
-            self.retire(seq, FinishReason.ERROR, events, "its memory refused to drop a rejected draft")
-        return accepted
+            out.end(seq, FinishReason.ERROR, "its memory refused to drop a rejected draft")
+        return drawn
 
-    def measure_passes(self, speculator: Speculator, known: dict[int, float] | None) -> bool:
-        """Time a pass of each row count a draft may make, in slot 0 (left empty): drafting then weighs this
-        machine's costs from the first step (speculative/speculator.py). Before any request, on the engine thread,
-        for at most TIMING_AT_LOAD_S: the row counts left are timed once idle, and said in the log and /health.
-        `known` (an earlier start's, startup/check_record.py) stands for the timing where it has every row count.
-        Returns whether every row count was timed here."""
-        if known is not None and set(speculator.timed_rows) <= known.keys():
-            for rows in speculator.timed_rows:
-                speculator.pass_timed(rows, known[rows])
-            log.info("passes_reused", ms=speculator.costs.milliseconds)
-            return False
-        deadline = time.perf_counter() + TIMING_AT_LOAD_S
-        for rows in speculator.timed_rows:
-            if time.perf_counter() > deadline:
-                speculator.untimed.append(rows)
-            elif (seconds := self.time_pass(rows, PassPlace(0, 0))) is not None:
-                speculator.pass_timed(rows, seconds)
-        log.info("passes_timed", ms=speculator.costs.milliseconds, untimed=speculator.untimed)
-        return speculator.all_passes_timed
+    def _ends(self, seq: Sequence, drawn: Drawn) -> bool:
+        """Whether the answer ends at the last token drawn by a rule of tokens alone (an end of generation, max_tokens):
+        no drafted token past it is kept. An end that only its text shows (a stop string) is the update's to find."""
+        token = drawn.tokens[-1] if drawn.tokens else None
+        return token is None or self.model.is_eog(token) or \
+            len(seq.generated) + len(drawn.tokens) >= seq.request.max_tokens
 
-    def time_pass(self, rows: int, place: PassPlace) -> float | None:
-        """The faster of two passes of `rows` rows at `place`, whose cells are dropped after each (as a rejected
-        draft's are: the slot's own cells stay as they were); None where llama_decode failed."""
-        batch, fastest = self._batch, None
-        for _ in range(2):
-            for i in range(rows):
-                batch.token[i], batch.pos[i], batch.n_seq_id[i] = i, place.start + i, 1
-                batch.seq_id[i][0], batch.logits[i] = place.slot, True
-            batch.n_tokens = rows
-            started = time.perf_counter()
-            failed = llama_cpp.llama_decode(self.model.ctx, batch) != 0
-            seconds = time.perf_counter() - started
-            if not self.cells.cut_at(place.slot, place.start):  # (pass_place picks a slot where cuts are bounded)
-                self.cells.empty(place.slot)
-                self.cache.forget(place.slot)
-                return None
-            if failed:
-                return None
-            fastest = seconds if fastest is None else min(fastest, seconds)
-        return fastest
-
-    def pass_place(self, free_slots: list[int], rows: int) -> PassPlace | None:
-        """Where passes of up to `rows` rows can be timed between requests: past the cells of the free slot that
-        holds the fewest (none is being copied; its cells are kept, and few cells to attend to keep the pass near
-        its cost at load, timed in an empty slot). None: no free slot has room."""
-        places = [PassPlace(slot, llama_cpp.llama_memory_seq_pos_max(self.model.memory, slot) + 1)
-                  for slot in free_slots if not self.cells.copying(slot)]
-        if not self.model.memory_kind.cuts_anywhere:  # a recurrent state cannot drop the pass's rows: empty slots only
-            places = [place for place in places if place.start == 0]
-        place = min(places, key=lambda place: place.start, default=None)
-        return place if place is not None and place.start + rows <= self.model.n_ctx_seq else None
-
-    def _settle(self, settle: Settle) -> None:
-        """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk."""
+    def _settle(self, settle: Settle) -> bool:
+        """Drop a free slot's cells from settle.start and prefill settle.start..end again, as one chunk; False: the
+        slot is emptied instead."""
         if not self.cells.cut(settle.slot, settle.start):  # (the prefix cache settles only where cuts are free)
-            self.cells.empty(settle.slot)
-            self.cache.forget(settle.slot)
-            return
+            self.cells.forget(settle.slot)
+            return False
         batch, positions = self._batch, self.cells.positions(settle.slot)
         for i, pos in enumerate(range(settle.start, settle.end)):
             batch.token[i], batch.pos[i], batch.n_seq_id[i] = settle.tokens[pos], positions.cell(pos), 1
             batch.seq_id[i][0], batch.logits[i] = settle.slot, False
         batch.n_tokens = settle.end - settle.start
         rc = self._llama_decode(batch)
-        if rc == 0:
-            self.cache.settled(settle)
-        else:
+        if rc != 0:
             log.error("decode_failed", status=rc, settling_slot=settle.slot)
-            self.cells.empty(settle.slot)
-            self.cache.forget(settle.slot)
+            self.cells.forget(settle.slot)
+        return rc == 0
 
-    def _prefill(self, chunk: Chunk, events: Events) -> None:
+    def _prefill(self, chunk: Chunk, out: StepOutput) -> None:
         seq = chunk.sequence
         prompt = seq.prompt
         n_top = seq.request.prompt_logprobs  # None: the prompt is not scored
@@ -327,44 +252,45 @@ class ModelRunner:
             # Logits for the prompt's last row (the answer's first token), or every row when the prompt is scored.
             last = chunk.completes_prompt and end == chunk.end
             if span is not None:
-                decoded = self._decode_image(seq, span, start, end, last, events)
+                decoded = self._decode_image(seq, span, start, end, last, out)
             else:
                 decoded = self._decode([Row(prompt[pos], pos, seq, scored or (last and pos == end - 1))
-                                        for pos in range(start, end)], events)
+                                        for pos in range(start, end)], out)
             if not decoded:
                 return
             last_call_rows = end - start
-        rows = chunk.end - chunk.start
-        if not self._switch_took(self.decode_s - started, self.pace.prefill_token_s * rows):
-            self.pace.observe_prefill(self.decode_s - started, rows)
-        if self.speculator:
-            self.speculator.observe_call([(seq.slot, rows)], self.decode_s - started)
+        out.calls.append(Call([(seq.slot, chunk.end - chunk.start)], self.decode_s - started, True))
         seq.n_past = chunk.end
         if chunk.end in self.cache.checkpoint_positions(len(prompt), seq.request.checkpoints):
-            self._checkpoint(seq)
+            self._checkpoint(seq, out)
         if n_top is not None:
             self._score_prompt(chunk, n_top)
         if chunk.completes_prompt:
-            now, row = time.monotonic(), last_call_rows - 1  # the prompt's last row, in the chunk's last call
+            row = last_call_rows - 1  # the prompt's last row, in the chunk's last call
             for fork in seq.forks:
                 if fork.state is SequenceState.FORKED:
                     self._fork(seq, fork)
-                    self._sample(fork, row, now, events)
-            seq.state = SequenceState.DECODING
+                    out.outcomes.append(Prefilled(fork))
+                    self._draw(fork, row, out)
+            out.outcomes.append(Prefilled(seq))
             if scored:
-                events.append((seq, PromptLogprobs(self.model.piece(prompt[0]), tuple(seq.prompt_logprobs))))
+                out.outcomes.append(Read(seq, PromptLogprobs(self.model.piece(prompt[0]),
+                                                             tuple(seq.prompt_logprobs))))
             if seq.request.score_tokens:
-                events.append((seq, Scored(self._logprobs.logits(row, seq.request.score_tokens))))
+                out.outcomes.append(Read(seq, Scored(self._logprobs.logits(row, seq.request.score_tokens))))
             if seq.request.max_tokens == 0:  # the prompt alone was asked for (its scores, or its cells cached)
-                self.retire(seq, FinishReason.LENGTH, events)
+                out.end(seq, FinishReason.LENGTH)
                 return
-            self._sample(seq, row, now, events)
+            self._draw(seq, row, out)
 
-    def _checkpoint(self, seq: Sequence) -> None:
-        """Save the slot's recurrent state where its prompt is checkpointed (kv/checkpoints.py), within --cache-ram."""
+    def _checkpoint(self, seq: Sequence, out: StepOutput) -> None:
+        """Save the slot's recurrent state where its prompt is checkpointed (kv/checkpoints.py): the update keeps it
+        within --cache-ram."""
         checkpoint = self.cells.take_checkpoint(seq.slot, seq.n_past)
-        kept = checkpoint is not None and self.cache.add_checkpoint(seq.slot, checkpoint)
-        log.debug("checkpoint", slot=seq.slot, pos=seq.n_past, bytes=checkpoint.size if checkpoint else 0, kept=kept)
+        if checkpoint is not None:
+            out.checkpoints.append((seq.slot, checkpoint))
+        else:
+            log.debug("checkpoint", slot=seq.slot, pos=seq.n_past, bytes=0, kept=False)
 
     def _score_prompt(self, chunk: Chunk, n_top: int) -> None:
         """Each chunk row's logits score the prompt token after it (the last row's score the answer's first).
@@ -381,13 +307,19 @@ class ModelRunner:
         """Give the fork a copy of the parent's prompt cells (llama.cpp copies the stream before the next decode)."""
         self.cells.copy(parent.slot, fork.slot)
         fork.n_past, fork.cached = parent.n_past, parent.cached
-        fork.state = SequenceState.DECODING
 
-    def _sample(self, seq: Sequence, row: int, now: float, events: Events) -> int | None:
-        """Draw the sequence's next token from logits row `row` with its own chain (None: none, it retired)."""
-        phase = seq.text.phase
+    def _draw(self, seq: Sequence, row: int, out: StepOutput) -> None:
+        """A prompt's first token, from its last row."""
+        drawn = Drawn(seq)
+        out.outcomes.append(drawn)
+        self._sample(seq, row, drawn, out)
+
+    def _sample(self, seq: Sequence, row: int, drawn: Drawn, out: StepOutput) -> int | None:
+        """Draw the sequence's next token from logits row `row` with its own chain, onto `drawn` (None: none, the
+        grammar allows no token: the sequence ends)."""
+        phase = seq.text.phase  # as the last update left it: drafts never cross its change where it matters here
         reasoning = phase is not None and phase.in_reasoning
-        token = self._output.forced_token(seq, reasoning)
+        token = forced_token(seq, reasoning)
         if token is None:
             sampler = seq.sampler
             assert sampler is not None  # start gives it its chain; retired, it samples no more
@@ -395,28 +327,23 @@ class ModelRunner:
             if reasoning:
                 seq.thought += 1
         if token is None:  # the grammar allows no token here (it needs text no token spells)
-            self.retire(seq, FinishReason.ERROR, events,
-                        f"the grammar allows no token after {len(seq.generated)} generated tokens")
+            out.end(seq, FinishReason.ERROR,
+                    f"the grammar allows no token after {len(seq.generated) + len(drawn.tokens)} generated tokens")
             return None
-        if seq.request.logprobs is not None and not self.model.is_eog(token):
-            seq.logprobs.append(self._logprobs.read(row, token, seq.request.logprobs))
-        event, reason = self._output.append(seq, token, now)
-        if seq.draft is not None and self.speculator is not None:  # (draft states come only from the speculator)
-            self.speculator.generated(seq, token)
-        if event is not None:
-            events.append((seq, event))
-        if reason is not None:
-            self.retire(seq, reason, events)
+        n_top = seq.request.logprobs
+        drawn.tokens.append(token)
+        drawn.logprobs.append(self._logprobs.read(row, token, n_top)
+                              if n_top is not None and not self.model.is_eog(token) else None)
         return token
 
-    def _decode(self, rows: list[Row], events: Events) -> bool:
-        """One llama_decode over `rows`; False (their sequences retired) if it failed, or if no row was left to
-        decode (a sequence whose cells do not end where its rows begin is retired first, alone: see _continuing)."""
-        rows = self._continuing(rows, events)
-        return bool(rows) and self._decoded(rows, events)
+    def _decode(self, rows: list[Row], out: StepOutput) -> bool:
+        """One llama_decode over `rows`; False (their sequences ended) if it failed, or if no row was left to
+        decode (a sequence whose cells do not end where its rows begin ends first, alone: see _continuing)."""
+        rows = self._continuing(rows, out)
+        return bool(rows) and self._decoded(rows, out)
 
-    def _decoded(self, rows: list[Row], events: Events) -> bool:
-        """One llama_decode over rows that continue their sequences' cells; False (their sequences retired) if it
+    def _decoded(self, rows: list[Row], out: StepOutput) -> bool:
+        """One llama_decode over rows that continue their sequences' cells; False (their sequences ended) if it
         failed."""
         batch = self._batch
         for i, row in enumerate(rows):
@@ -429,13 +356,13 @@ class ModelRunner:
         rc = self._llama_decode(batch)
         if rc == 0:
             return True
-        self._failed(rc, list({id(row.seq): row.seq for row in rows}.values()), events)
+        self._failed(rc, list({id(row.seq): row.seq for row in rows}.values()), out)
         return False
 
-    def _continuing(self, rows: list[Row], events: Events) -> list[Row]:
+    def _continuing(self, rows: list[Row], out: StepOutput) -> list[Row]:
         """The rows whose sequence's cells end right before them. llama.cpp refuses a whole call where one sequence's
-        rows do not continue its cells (a recurrent state that a cut could not move back): that sequence is retired
-        here, so the call goes on for the others; planning keeps this from happening at all."""
+        rows do not continue its cells (a recurrent state that a cut could not move back): that sequence ends here,
+        so the call goes on for the others; planning keeps this from happening at all."""
         starts: dict[Sequence, int] = {}
         for row in rows:
             starts.setdefault(row.seq, row.pos)
@@ -445,23 +372,23 @@ class ModelRunner:
             ends = llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot)
             log.error("rows_not_continuing", slot=seq.slot, cells_end=ends + 1, rows_start=starts[seq],
                       request_id=seq.request.request_id)
-            self.retire(seq, FinishReason.ERROR, events, f"its cells end at position {ends + 1}, its next row is "
-                                                         f"token {starts[seq]}'s")
+            out.end(seq, FinishReason.ERROR, f"its cells end at position {ends + 1}, its next row is token "
+                                             f"{starts[seq]}'s")
         return [row for row in rows if row.seq not in broken] if broken else rows
 
     def _decode_image(self, seq: Sequence, span: MediaSpan, start: int, end: int, logits_last: bool,
-                      events: Events) -> bool:
+                      out: StepOutput) -> bool:
         """One llama_decode of the image's embeddings for tokens start..end (encoded on the encoder thread since
-        the sequence's admission: planning waits for them); False (the sequence retired) if either failed."""
+        the sequence's admission: planning waits for them); False (the sequence ended) if either failed."""
         batch, projector = self._embd_batch, self.projector
         assert batch is not None and projector is not None  # only an engine with a projector takes images
-        if not self._continuing([Row(-1, start, seq, False)], events):  # (its rows must go on from its cells too)
+        if not self._continuing([Row(-1, start, seq, False)], out):  # (its rows must go on from its cells too)
             return False
         try:
             embeddings = seq.embeddings[span.start].result()
         except (RuntimeError, MemoryError) as failed:
             log.error("image_encode_failed", why=str(failed), request_id=seq.request.request_id)
-            self.retire(seq, FinishReason.ERROR, events, str(failed))
+            out.end(seq, FinishReason.ERROR, str(failed))
             return False
         width = self.model.n_embd * ctypes.sizeof(ctypes.c_float)
         source = ctypes.addressof(embeddings) + (start - span.start) * width
@@ -481,14 +408,14 @@ class ModelRunner:
             del seq.embeddings[span.start]
         if rc == 0:
             return True
-        self._failed(rc, [seq], events)
+        self._failed(rc, [seq], out)
         return False
 
-    def _failed(self, rc: int, sequences: list[Sequence], events: Events) -> None:
+    def _failed(self, rc: int, sequences: list[Sequence], out: StepOutput) -> None:
         """Nothing of a failed call can be trusted: end its sequences, keep serving the others."""
         log.error("decode_failed", status=rc, sequences=len(sequences))
         for seq in sequences:
-            self.retire(seq, FinishReason.ERROR, events, f"llama_decode failed with status {rc}")
+            out.end(seq, FinishReason.ERROR, f"llama_decode failed with status {rc}")
 
     def _llama_decode(self, batch: llama_cpp.llama_batch) -> int:
         """llama_decode, timed; it carries out the stream copies asked for before it."""
@@ -497,28 +424,3 @@ class ModelRunner:
         self.decode_s += time.perf_counter() - started
         self.cells.decoded()
         return rc
-
-    def retire(self, seq: Sequence, reason: FinishReason, events: Events, message: str = "") -> None:
-        """Leave the slot: free the chain; keep the cells for the prefix cache, or drop them."""
-        if seq.state is SequenceState.FINISHED:
-            return
-        if seq.sampler is not None:
-            seq.sampler.free()
-            seq.sampler = None
-        for encoding in seq.embeddings.values():  # one not begun yet is not begun at all
-            encoding.cancel()
-        seq.embeddings.clear()
-        for fork in seq.forks:  # forks still waiting for this prompt will never get it
-            if fork.state is SequenceState.FORKED:
-                self.retire(fork, reason, events, message)
-        if seq.slot >= 0:
-            if reason is FinishReason.ERROR or self.cache.mode is CacheMode.OFF:
-                # After a failed decode the stream's cells are unknown: nothing of it may be reused.
-                self.cells.empty(seq.slot)
-            else:
-                # Every cell up to n_past is complete (cancels land between steps); prompt cells came from prefill.
-                self.cache.release(seq.slot, seq.tokens_in_kv(), min(seq.n_past, len(seq.prompt)),
-                                   seq.request.adapters)
-        seq.state = SequenceState.FINISHED
-        events.append((seq, finished_event(seq, reason, message)))
-

@@ -1,7 +1,7 @@
 """What one sampled token adds to a request's answer: its text, its released log probabilities, and whether the
-answer ends there; and the end of thinking for a reasoning that spent its budget. No llama.cpp: the model enters as
-three lookups (end of generation, a token's bytes, a control token's text), so the rules run in unit tests without a
-model."""
+answer ends there (the step's update, core/step_update.py); and the end of thinking for a reasoning that spent its
+budget (written by the runner in place of a sample). No llama.cpp: the model enters as three lookups (end of
+generation, a token's bytes, a control token's text), so the rules run in unit tests without a model."""
 
 from __future__ import annotations
 
@@ -18,23 +18,6 @@ class TokenOutput:
         self._is_eog = is_eog
         self._piece = piece  # a token's bytes as the output writes them: control tokens write none
         self._special_piece = special_piece  # with control tokens' text: the request's preserved tokens
-
-    def forced_token(self, seq: Sequence, reasoning: bool) -> int | None:
-        """The end of thinking's next token, once the reasoning has spent its budget (None: sample).
-
-        The request's end tag is written whole, one token a step, as if sampled (the logits row still scores it
-        for logprobs); a grammar of the answer does not see it, one of the whole output does."""
-        budget = seq.request.sampling.reasoning_budget
-        thinking = seq.request.reasoning
-        if not seq.forced and reasoning and thinking is not None and budget is not None and seq.thought >= budget:
-            seq.forced = list(thinking.end_tokens)
-        if not seq.forced:
-            return None
-        token = seq.forced.pop(0)
-        sampler = seq.sampler
-        assert sampler is not None  # a sequence that samples holds its chain
-        sampler.accept(token)
-        return token
 
     def append(self, seq: Sequence, token: int, now: float) -> tuple[TokenEvent | None, FinishReason | None]:
         """Add the token to the answer: the event that carries what it releases (None: nothing yet, e.g. a stop
@@ -60,6 +43,24 @@ class TokenOutput:
         if not out:
             return None, reason
         return TokenEvent(out, len(seq.generated), released(seq, out, reason)), reason
+
+
+def forced_token(seq: Sequence, reasoning: bool) -> int | None:
+    """The end of thinking's next token, once the reasoning has spent its budget (None: sample).
+
+    The request's end tag is written whole, one token a step, as if sampled (the logits row still scores it
+    for logprobs); a grammar of the answer does not see it, one of the whole output does."""
+    budget = seq.request.sampling.reasoning_budget
+    thinking = seq.request.reasoning
+    if not seq.forced and reasoning and thinking is not None and budget is not None and seq.thought >= budget:
+        seq.forced = list(thinking.end_tokens)
+    if not seq.forced:
+        return None
+    token = seq.forced.pop(0)
+    sampler = seq.sampler
+    assert sampler is not None  # a sequence that samples holds its chain
+    sampler.accept(token)
+    return token
 
 
 def released(seq: Sequence, text: str, reason: FinishReason | None) -> tuple[TokenLogprob, ...]:

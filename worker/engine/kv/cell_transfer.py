@@ -87,6 +87,12 @@ class CellTransfer:
         llama_cpp.llama_memory_seq_rm(self.model.memory, slot, -1, -1)
         self._positions.pop(slot, None)
 
+    def forget(self, slot: int) -> None:
+        """Drop the slot's cells and what the prefix cache knew of them: after a call, a cut or an undo that failed,
+        nothing of them may be reused."""
+        self.empty(slot)
+        self.cache.forget(slot)
+
     def decoded(self) -> None:
         """A llama_decode ran: the copies asked for before it are done."""
         self._copying.clear()
@@ -150,8 +156,7 @@ class CellTransfer:
             return False
         self.place(slot, TOKENS)  # (a file's tokens are text)
         if not self.cut(slot, len(saved.tokens)):  # cells past the reusable ones
-            self.empty(slot)
-            self.cache.forget(slot)
+            self.forget(slot)
             return False
         self.cache.forget(slot)  # (checkpoints of what the slot held before are not of these cells)
         self.cache.release(slot, saved.tokens, saved.exact, saved.adapters)
@@ -161,8 +166,7 @@ class CellTransfer:
     def erase(self, slot: int) -> int:
         """Empty a free slot; the cells it held."""
         held = self.cache.tokens_held(slot)
-        self.empty(slot)
-        self.cache.forget(slot)
+        self.forget(slot)
         return held
 
     def restore(self, slot: int, saved: SavedCells, reuse: int) -> int:

@@ -41,6 +41,11 @@ class ReasoningPhase:
         the output has opened a reasoning it is the answer's, so under such a grammar none opens)."""
         return self._phase is _Phase.REASONING
 
+    @property
+    def answering(self) -> bool:
+        """The answer has begun: the phase changes no more."""
+        return self._phase is _Phase.ANSWER
+
     def feed(self, text: str) -> tuple[str, str]:
         if self._phase is _Phase.START:
             self._held += text

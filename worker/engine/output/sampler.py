@@ -95,6 +95,11 @@ class Sampler:
             return llama_cpp.llama_sampler_sample(self.chain, ctx, row)
         return self.grammar.sample(self.chain, ctx, row, constrained=self._whole or not reasoning)
 
+    @property
+    def reads_phase(self) -> bool:
+        """Whether sample() draws otherwise inside a thinking model's reasoning: a grammar of the answer only."""
+        return self.grammar is not None and not self._whole
+
     def accept(self, token: int) -> None:
         """A token the engine wrote instead of sampling (the end of thinking): the penalties see it too, and a
         grammar of the whole output."""

@@ -104,7 +104,7 @@ TIMED_BESIDE_LOAD_BELOW = 0.75
 @dataclass
 class PassCosts:
     """What one pass over the weights costs by the rows it holds, as measured on this machine: the passes a step
-    with drafts makes are timed on purpose (ModelRunner.time_pass: before serving, and again when idle), and every
+    with drafts makes are timed on purpose (core/draft_passes.py: before serving, and again when idle), and every
     llama_decode of one micro-batch (decode steps, prefill chunks) updates its row count's running average."""
 
     seconds: dict[int, float] = field(default_factory=dict)

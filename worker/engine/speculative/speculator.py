@@ -4,8 +4,11 @@ cannot change the text (docs/speculative.md, "It never changes the text")."""
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import time
+from collections.abc import Callable, Collection
 from typing import Protocol
+
+import structlog
 
 from worker.engine.config import EngineConfig
 from worker.engine.modes import SpecType
@@ -22,6 +25,8 @@ from worker.engine.speculative.draft_rule import (
 )
 from worker.engine.speculative.prompt_lookup import NGRAM_PRIORS, TokenHistory
 from worker.engine.speculative.sequence_view import DraftingSequence
+
+log = structlog.get_logger(__name__)
 
 
 class Proposer(Protocol):
@@ -65,7 +70,7 @@ class PromptLookup:
         pass
 
 
-# Row counts whose passes are timed on purpose (ModelRunner.time_pass): the sizes a step with drafts makes, coarser
+# Row counts whose passes are timed on purpose (core/draft_passes.py): the sizes a step with drafts makes, coarser
 # as they grow.
 TIMED_ROWS = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 48, 64)
 # Passes timed at load are timed again, idle, where serving showed that a busy process ran beside the first timing
@@ -108,6 +113,25 @@ class Speculator:
         """A pass of `rows` timed on purpose: at load, once idle, or by an earlier start (startup/check_record.py)."""
         self.costs.timed(rows, seconds)
         self.timed_passes[rows] = seconds
+
+    def time_passes_at_load(self, time_pass: Callable[[int], float | None], known: dict[int, float] | None) -> bool:
+        """Time a pass of each row count a draft may make (`time_pass`, in an empty slot): drafting then weighs this
+        machine's costs from the first step. Before any request, for at most TIMING_AT_LOAD_S: the row counts left
+        are timed once idle, and said in the log and /health. `known` (an earlier start's, startup/check_record.py)
+        stands for the timing where it has every row count. Returns whether every row count was timed here."""
+        if known is not None and set(self.timed_rows) <= known.keys():
+            for rows in self.timed_rows:
+                self.pass_timed(rows, known[rows])
+            log.info("passes_reused", ms=self.costs.milliseconds)
+            return False
+        deadline = time.perf_counter() + TIMING_AT_LOAD_S
+        for rows in self.timed_rows:
+            if time.perf_counter() > deadline:
+                self.untimed.append(rows)
+            elif (seconds := time_pass(rows)) is not None:
+                self.pass_timed(rows, seconds)
+        log.info("passes_timed", ms=self.costs.milliseconds, untimed=self.untimed)
+        return self.all_passes_timed
 
     @property
     def all_passes_timed(self) -> bool:

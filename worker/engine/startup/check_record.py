@@ -90,7 +90,7 @@ def record(key: str | None, numerics: Numerics) -> None:
 
 
 def recorded_passes(key: str | None) -> dict[int, float] | None:
-    """The seconds a draft pass of each row count took at a start with this key (ModelRunner.measure_passes); None
+    """The seconds a draft pass of each row count took at a start with this key (Speculator.time_passes_at_load); None
     where there is none or it cannot be read (time them again)."""
     return None if key is None else _read(key, PASSES, _pass_seconds)
 
