@@ -155,18 +155,53 @@ PATCHES = REPO / "patches" / "llama.cpp"
 PROBE_RESULTS = REPO / "bench" / "probes" / "RESULTS.md"
 # A figure as the headers and RESULTS.md write one: not a part of a name (Q4_1, SmolLM2-135M, x86-64's 86).
 FIGURE = re.compile(r"(?<![\w.,])\d+(?:,\d{3})*(?:\.\d+)?(?!\w)")
+# What a header names rather than measures: the architecture, another patch (0001-0005), the test model's shape.
+NOT_MEASURED = re.compile(r"x86-64|\b0\d{3}\b(?:-0\d{3}\b)?|\d+ (?:query|KV|K/V) heads|head size \d+")
+# Where in RESULTS.md each patch's measurement is recorded: the sections (headings, by how they begin) that hold
+# its probe, machine and date. A figure elsewhere in the file (a 9, a 512, another probe's 1.07) is not its record.
+PATCH_SECTIONS = {
+    "0001": ("Batch invariance", "What the patched kernels cost"),
+    "0002": ("What the patched kernels cost", "Attention's prefetch"),
+    "0003": ("What the patched kernels cost", "Batch invariance"),
+    "0004": ("One-row float products", "Batch invariance"),
+    "0005": ("Two threads: a decode step's segments", "Batch invariance"),
+    "0006": ("Q4_1 two rows by two", "Batch invariance"),
+    "0007": ("libmtmd's model graphs",),
+    "0010": ("Audio windows",),
+    "0011": ("qwen2vl's RMS norm epsilon",),
+    "0012": ("The encoder beside streams",),
+}
 
 
-def test_every_figure_a_patch_header_measured_is_recorded():
-    """patches/README.md: what each patch's header says it measured is in bench/probes/RESULTS.md, where the probe,
-    the machine and the date are (the header is the commit message above the first "---" line)."""
-    recorded = set(FIGURE.findall(PROBE_RESULTS.read_text()))
-    headers = {path.name: path.read_text().split("\n---\n", 1)[0] for path in sorted(PATCHES.glob("*.patch"))}
-    assert len(headers) >= 6
-    for name, header in headers.items():
-        measured = header[header.find("Measured"):] if "Measured" in header else ""
-        missing = [figure for figure in FIGURE.findall(measured) if figure not in recorded]
-        assert not missing, f"{name}: {missing} are in no section of bench/probes/RESULTS.md"
+def figures(text: str) -> list[str]:
+    return FIGURE.findall(NOT_MEASURED.sub(" ", text))
+
+
+def probe_sections() -> dict[str, str]:
+    """RESULTS.md cut at every heading, whatever its level: heading text -> the section's text, heading included."""
+    parts = re.split(r"\n(?=#+ )", "\n" + PROBE_RESULTS.read_text())
+    return {part.strip().splitlines()[0].lstrip("#").strip(): part for part in parts if part.strip()}
+
+
+def measured_part(path: Path) -> str:
+    """What a patch's header says it measured: its commit message, above the first "---" line, from "Measured"."""
+    header = path.read_text().split("\n---\n", 1)[0]
+    return header[header.find("Measured"):] if "Measured" in header else ""
+
+
+def test_every_figure_a_patch_header_measured_is_recorded_in_its_section() -> None:
+    """patches/README.md: what each patch's header says it measured is in bench/probes/RESULTS.md, in the section
+    where the probe, the machine and the date are."""
+    sections = probe_sections()
+    measured = {path.name[:4]: measured_part(path) for path in sorted(PATCHES.glob("*.patch"))}
+    assert len(measured) >= 12
+    assert PATCH_SECTIONS.keys() == {number for number, text in measured.items() if text}
+    for number, starts in PATCH_SECTIONS.items():
+        found = [[heading for heading in sections if heading.startswith(start)] for start in starts]
+        assert all(len(headings) == 1 for headings in found), (number, found)
+        recorded = set(figures("\n".join(sections[headings[0]] for headings in found)))
+        missing = [figure for figure in figures(measured[number]) if figure not in recorded]
+        assert not missing, f"{number}: {missing} are not in its sections of bench/probes/RESULTS.md, {starts}"
 
 
 # The GPU loans: docs/backends.md's per-loan table (each loan's raw figures, one run each, the raw results taken

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from worker.api.problems import Reader, integral
+from worker.api.problems import Reader, finite, integral
 from worker.engine import AdapterSet, Lora
 
 FLOAT32_MAX = 3.4028234663852886e38  # a scale llama.cpp holds as a float
@@ -18,7 +18,7 @@ FLOAT32_MAX = 3.4028234663852886e38  # a scale llama.cpp holds as a float
 
 def finite_scale(value: Any) -> bool:
     """A number that stays finite as llama.cpp's float32 scale."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)
             and math.isfinite(ctypes.c_float(value).value) and abs(value) <= FLOAT32_MAX)
 
 

@@ -66,6 +66,8 @@ def classify(exc: Exception) -> Failure | None:
         return Failure(404, "model_not_found", [Problem("model", "the served model", str(exc))])
     if isinstance(exc, QueueFull):
         return queue_full(exc)
+    if isinstance(exc, web.HTTPRequestEntityTooLarge):  # raised by request.read(): said in the route's shape too
+        return Failure(413, "body_too_large", [Problem("body", "the size limit", f"the body is too large: {exc.text}")])
     if isinstance(exc, NotReady):
         return Failure(503, "not_ready", [Problem("worker", "ready", f"{exc}; retry later")], True)
     return None
@@ -111,7 +113,8 @@ def anthropic_error(kind: str, code: str, message: str, problems: list[Problem] 
     return {"type": "error", "error": {"type": kind, "code": code, "message": message, **listed}}
 
 
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 503: "overloaded_error"}
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 404: "not_found_error", 413: "request_too_large",
+                    503: "overloaded_error"}
 
 
 def anthropic_body(failure: Failure) -> dict:

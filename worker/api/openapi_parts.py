@@ -117,7 +117,7 @@ def post(summary: str, body: str, ok: dict, error: str) -> dict:
         "responses": {"200": ok, "400": {"description": "every problem, listed", **json_body(ref(error))},
                       "401": {"description": "missing or invalid API key"},
                       "404": {"description": "the model named is not the one served (model_not_found)"},
-                      "413": {"description": "body over the size limit"},
+                      "413": {"description": "body over the size limit", **json_body(ref(error))},
                       "503": {"description": "loading, draining or queue full (Retry-After)"}},
     }}
 

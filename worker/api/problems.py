@@ -12,6 +12,15 @@ from worker.problem import Problem
 _MISSING = object()
 
 
+def finite(value: int | float) -> bool:
+    """A number a double holds: JSON's 1e999 reads as infinity, and an integer past ~1.8e308 has no double at all
+    (math.isfinite raises for it, and ctypes refuses it as a float argument, on the engine's thread)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def integral(value: Any) -> Any:
     """JSON has one number type: 79.0 is the integer 79, as JSON Schema says; anything else is unchanged."""
     return int(value) if isinstance(value, float) and value.is_integer() else value
@@ -96,7 +105,7 @@ class Reader:
         kind = "an integer" if integer else "a number"
         constraint = " <= ".join(str(x) for x in (low, name, high) if x is not None)
         ok_type = isinstance(value, int) if integer else isinstance(value, (int, float))
-        if isinstance(value, bool) or not ok_type or (isinstance(value, float) and not math.isfinite(value)):
+        if isinstance(value, bool) or not ok_type or not (integer or finite(value)):
             self.problem(name, kind, f"{name} must be {kind}", value)
             return default
         if (low is not None and value < low) or (high is not None and value > high):

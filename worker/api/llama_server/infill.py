@@ -6,6 +6,7 @@ llama-server's own completion shape, whole or streamed as its `data:` lines."""
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
@@ -62,7 +63,11 @@ def parse_infill(body: dict[str, Any], completion: Any) -> tuple[str, str, tuple
     try:
         parsed = completion({**rest, "prompt": prefix if isinstance(prefix, str) and prefix else " "})
     except InvalidRequest as refused:
-        r.problems += [p for p in refused.problems if p.field != "prompt"]
+        # n_predict's problems are read as max_tokens's: named back by the field the client sent
+        sent = "n_predict" if body.get("n_predict") is not None else "max_tokens"
+        r.problems += [replace(p, field=sent, constraint=p.constraint.replace("max_tokens", sent),
+                               message=p.message.replace("max_tokens", sent))
+                       if p.field == "max_tokens" else p for p in refused.problems if p.field != "prompt"]
     if r.problems or parsed is None:
         raise InvalidRequest(r.problems)
     assert isinstance(prefix, str) and isinstance(suffix, str) and isinstance(prompt, str)  # else r had problems

@@ -128,7 +128,7 @@ _SLOT_ACTION = {"post": {
                   "401": {"description": "missing or invalid API key"},
                   "404": {"description": "started without --slot-save-path: slots_disabled (llama-server: 501)",
                           **json_body(ref("OpenAIError"))},
-                  "413": {"description": "body over the size limit"},
+                  "413": {"description": "body over the size limit", **json_body(ref("OpenAIError"))},
                   "503": {"description": "loading or draining (Retry-After)"}},
 }}
 PATHS["/slots"] = get("Each slot: its context and whether a request holds it (llama-server's)",

@@ -13,7 +13,7 @@ from typing import Any
 from worker.api.generation_fields import ChatRequest, Generation
 from worker.api.images import ImageInput, image_from_base64, without_marker
 from worker.api.ollama.options import Options, read_options
-from worker.api.problems import Reader
+from worker.api.problems import Reader, finite
 from worker.api.reasoning_budgets import EFFORT_BUDGETS
 from worker.api.structured import checked_schema
 from worker.api.tools.request import read_tools
@@ -72,7 +72,7 @@ def _common(r: Reader, model: Model) -> tuple[Options, Generation, str | None]:
 def keep_alive(r: Reader) -> None:
     """Checked, and then it changes nothing: the worker holds its one model for its life (docs/api.md)."""
     value = r.body.get("keep_alive")
-    ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)) or (
+    ok = value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value)) or (
         isinstance(value, str) and _DURATION.fullmatch(value) is not None)
     if not ok:
         r.problem("keep_alive", "a duration (\"5m\") or seconds", "keep_alive must be a duration such as \"5m\" or "

@@ -66,6 +66,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
     metadata = r.body.get("metadata")
     if metadata is not None and not isinstance(metadata, dict):
         r.problem("metadata", "an object", "metadata must be an object of strings", metadata)
+    user = _optional(r, "user")  # echoed in the response object, so a string (or null) as the schema says
     chat_body = {
         **{name: body[name] for name in ("model", "lora", *(f.name for f in OPENAI_SAMPLING)) if name in body},
         "messages": [{"role": "system", "content": instructions}, *messages] if instructions else messages,
@@ -92,7 +93,7 @@ def parse_responses(body: dict[str, Any], n_vocab: int, defaults: SamplingParams
               "text": {"format": (body.get("text") or {}).get("format") or {"type": "text"}},
               "temperature": chat.generation.sampling.temperature, "top_p": chat.generation.sampling.top_p,
               "reasoning": {"effort": (body.get("reasoning") or {}).get("effort"), "summary": None},
-              "truncation": truncation, "store": stored, "user": body.get("user")}
+              "truncation": truncation, "store": stored, "user": user}
     return ResponsesRequest(chat, messages, echoed, stored, stream)
 
 
@@ -228,9 +229,12 @@ def _text_format(r: Reader, text: Any) -> dict[str, Any]:
     """text.format ({type: text | json_object | json_schema, name, schema, strict}) as chat's response_format."""
     if text is None:
         return {}
-    spec = text.get("format") if isinstance(text, dict) else None
-    if not isinstance(text, dict) or not isinstance(spec, (dict, type(None))):
+    if not isinstance(text, dict):
         r.problem("text", "{\"format\": {...}}", "text must be an object {\"format\": {\"type\": ...}}", text)
+        return {}
+    spec = text.get("format")
+    if not isinstance(spec, (dict, type(None))):
+        r.problem("text.format", "{\"type\": ...}", "text.format must be an object {\"type\": ...}", spec)
         return {}
     if spec is None or spec.get("type") != "json_schema":
         return {"response_format": spec} if spec is not None else {}
