@@ -199,20 +199,20 @@ def cli() -> None:
 @_option("--slot-save-path", env="SLOT_SAVE_PATH", section=CACHE,
          type=click.Path(file_okay=False, path_type=Path), default=None, metavar="DIR",
          help="Folder for POST /slots/{id}?action=save|restore files, as llama-server's flag; without it "
-              "those routes answer 501.")
+              "those routes answer 404 (llama-server: 501).")
 @_option("--cache-type-k", env="CACHE_TYPE_K", section=CACHE, type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]),
          default=None,
-         help="KV cache type for K.  [default: q8_0 in exact and off modes on the cpu backend (a K type other than "
-              "f16 holds flash attention to one kernel for every row, so text never follows the load; half the "
-              "bytes of f16, and decoding as fast as llama.cpp's own kernels), else f16]")
+         help="KV cache type for K.  [default: f16; q8_0 in exact and off modes on the cpu backend without the "
+              "batch-invariant build (the fallback: there a K type other than f16 holds flash attention to one kernel "
+              "for every row, so text never follows the load)]")
 @_option("--cache-type-v", env="CACHE_TYPE_V", section=CACHE, type=click.Choice(["f16", "bf16", "q8_0", "q4_0"]),
          default=None,
          help="KV cache type for V (anything but f16 needs flash attention).  [default: f16; bf16 in exact and off "
-              "modes on the cpu backend when --cache-type-k is f16, so that flash attention keeps one kernel]")
+              "modes on the fallback when --cache-type-k is f16, so that flash attention keeps one kernel]")
 @_option("--flash-attn", "-fa", env="FLASH_ATTN", section=CACHE, type=click.Choice(["auto", "on", "off"]),
          default="auto", show_default=True,
-         help="llama.cpp's flash attention.  auto: in exact and off modes on for the cpu backend, held to its "
-              "per-row kernel (see --cache-type-k), and off elsewhere; in fast mode llama.cpp decides.")
+         help="llama.cpp's flash attention.  auto: in exact and off modes on for the cpu backend, every row held to "
+              "one kernel (see --cache-type-k), and off elsewhere; in fast mode llama.cpp decides.")
 @_option("--reasoning-format", env="REASONING_FORMAT", section=GENERATION,
          type=click.Choice(["deepseek", "auto", "deepseek-legacy", "none"]), default="deepseek", show_default=True,
          help="A thinking model's reasoning (the tags its chat template thinks in, as llama.cpp finds them), as "

@@ -69,7 +69,7 @@ class Settings:
     kv_dir_interval: float = 60.0  # seconds between --kv-dir writes; 0: on drain only
     kv_events: str | None = None  # the ZMQ endpoint KV events are published on (lifecycle/kv_events.py); None: none
     kv_events_pod: str | None = None  # the pod name in their topic; None: the host's name
-    slot_save_path: Path | None = None  # where POST /slots/{id}?action=save|restore files live; None: 501
+    slot_save_path: Path | None = None  # where POST /slots/{id}?action=save|restore files live; None: 404
     request_timeout: float | None = None  # per request, from arrival
     api_keys: tuple[str, ...] = ()  # bearer tokens any route but /health needs; empty: open
     log_format: str = "console"

@@ -17,27 +17,6 @@ def test_the_configuration_page_documents_every_serve_flag_in_the_same_sections(
     assert not undocumented, f"docs/configuration.md lacks {undocumented}"
 
 
-def test_every_documented_default_is_the_codes():
-    """docs/configuration.md's default for each serve flag that has one in the code is that default, as the flag's
-    row writes it in its default column: `value` for numbers and names, off for a switch."""
-    from worker.cli import serve
-
-    defaults = {}  # a flag, as a row's first cell names it: that row's default cell
-    for line in (REPO / "docs" / "configuration.md").read_text().splitlines():
-        cells = line.split(" | ")
-        if line.startswith("| `--") and len(cells) > 3:
-            defaults |= {flag: cells[2] for flag in re.findall(r"`(--[\w-]+)", cells[0])}
-    wrong = []
-    for param in serve.params:
-        default = param.default
-        if param.name == "help" or default is None or not isinstance(default, (bool, int, float, str)):
-            continue
-        said = "off" if default is False else f"`{default:g}`" if isinstance(default, float) else f"`{default}`"
-        if said not in defaults[param.opts[0]]:
-            wrong.append(f"{param.opts[0]}: the code says {said}, the page {defaults[param.opts[0]]!r}")
-    assert not wrong, wrong
-
-
 @pytest.mark.parametrize("args,batch,ubatch", [
     ((), 512, 256), (("--backend", "cuda"), 2048, 512), (("-ub", "128"), 512, 128),
     (("--backend", "cuda", "-b", "1024"), 1024, 512),
