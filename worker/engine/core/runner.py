@@ -20,7 +20,7 @@ from worker.engine.kv.cell_transfer import CellTransfer
 from worker.engine.kv.checkpoints import Checkpoint
 from worker.engine.kv.prefix_cache import PrefixCache, Settle
 from worker.engine.media import MediaSpan, runs, text_only
-from worker.engine.native.memory import Cuts
+from worker.engine.native.memory import Cuts, last_position
 from worker.engine.native.model import LlamaModel
 from worker.engine.native.projector import Projector
 from worker.engine.output.logprobs import LogprobReader
@@ -367,9 +367,9 @@ class ModelRunner:
         for row in rows:
             starts.setdefault(row.seq, row.pos)
         broken = {seq for seq, pos in starts.items()
-                  if llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot) != seq.positions.held_end(pos)}
+                  if last_position(self.model.memory, seq.slot) != seq.positions.held_end(pos)}
         for seq in broken:
-            ends = llama_cpp.llama_memory_seq_pos_max(self.model.memory, seq.slot)
+            ends = last_position(self.model.memory, seq.slot)
             log.error("rows_not_continuing", slot=seq.slot, cells_end=ends + 1, rows_start=starts[seq],
                       request_id=seq.request.request_id)
             out.end(seq, FinishReason.ERROR, f"its cells end at position {ends + 1}, its next row is token "

@@ -34,10 +34,10 @@ class Prefilled:
 
 @dataclass(frozen=True)
 class Read:
-    """What a prompt's rows were read for (PromptLogprobs, Scored), before its first token."""
+    """What a prompt's rows were read for, before its first token."""
 
     seq: Sequence
-    event: Event
+    event: Event  # PromptLogprobs or Scored
 
 
 @dataclass(frozen=True)

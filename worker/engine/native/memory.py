@@ -5,8 +5,11 @@ tokens (llama.cpp's n_rs_seq). llama_memory_seq_rm refuses any other cut and cha
 
 from __future__ import annotations
 
+import ctypes
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import llama_cpp
 
@@ -70,3 +73,19 @@ def probe(kind: MemoryKind, ctx: llama_cpp.llama_context_p, token: int) -> None:
         raise WorkerError(f"llama.cpp {'allowed' if cut else 'refused'} a cut its memory kind ({kind.cuts.value}) "
                           f"{'refuses' if cut else 'allows'}: this llama.cpp build handles memory in a way the worker "
                           "does not know; report it with the model's architecture")
+
+
+def last_position(memory: llama_cpp.llama_memory_t, slot: int) -> int:
+    """llama_memory_seq_pos_max, keeping the GIL: the slot's last position held (-1: none). A ctypes call through
+    llama_cpp lets the GIL go, and the event loop's thread, woken by the step's hand-off (engine/handoff.py), takes it
+    there and keeps the engine thread waiting for its writes before the next llama_decode (47 us a step on one
+    stream: bench/probes/steptime.py); a lookup of a few ns has no reason to let it go."""
+    return _seq_pos_max()(memory, slot)
+
+
+@cache
+def _seq_pos_max() -> Callable[[llama_cpp.llama_memory_t, int], int]:
+    library = llama_cpp.llama_cpp._lib  # the library llama_cpp loaded: the same handle, its calls keeping the GIL
+    function = ctypes.PyDLL(library._name, handle=library._handle).llama_memory_seq_pos_max
+    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.c_int32), ctypes.c_int32
+    return function  # type: ignore[no-any-return]
