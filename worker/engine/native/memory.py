@@ -88,4 +88,4 @@ def _seq_pos_max() -> Callable[[llama_cpp.llama_memory_t, int], int]:
     library = llama_cpp.llama_cpp._lib  # the library llama_cpp loaded: the same handle, its calls keeping the GIL
     function = ctypes.PyDLL(library._name, handle=library._handle).llama_memory_seq_pos_max
     function.argtypes, function.restype = (ctypes.c_void_p, ctypes.c_int32), ctypes.c_int32
-    return function  # type: ignore[no-any-return]
+    return function
