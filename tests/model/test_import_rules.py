@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.metadata
+
 from tests.helpers import run_python
 
 
@@ -35,3 +37,25 @@ def test_serving_loads_llama_cpp_only_once_the_library_is_chosen(model_path):
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.splitlines()[-1] == "False"
+
+
+def test_serving_loads_llama_cpps_c_api_without_its_high_level_class():
+    """llama_cpp's __init__ also imports its Llama class, with jinja2 and diskcache (sqlite3): 4-5 MB of RSS the worker
+    never uses (worker/lazy.py). Its C API, __version__ and submodules come without them; any other name loads the
+    __init__ whole."""
+    run = run_python(
+        "import sys\n"
+        "from worker.lazy import package_without_init\n"
+        "package_without_init('llama_cpp', 'llama_cpp')\n"
+        "import llama_cpp\n"
+        "from llama_cpp import mtmd_cpp\n"
+        "from llama_cpp.llama_grammar import SchemaConverter\n"
+        "left_out = lambda: sorted(m for m in ('jinja2', 'diskcache', 'llama_cpp.llama') if m in sys.modules)\n"
+        "print(callable(llama_cpp.llama_decode), llama_cpp.__version__, left_out())\n"
+        "llama_cpp.Llama\n"
+        "print(left_out())"
+    )
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[-2] == f"True {importlib.metadata.version('llama_cpp_python')} []"
+    assert lines[-1] == "['diskcache', 'jinja2', 'llama_cpp.llama']"

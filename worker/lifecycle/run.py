@@ -17,6 +17,7 @@ from worker.api.loading_progress import LoadingProgress
 from worker.api.model_sampling import check_entry, model_defaults
 from worker.engine import Lora, SamplingParams
 from worker.engine.host import build_origin, choose_library, load_library
+from worker.lazy import package_without_init
 from worker.lifecycle.callbacks import final_heartbeat, heartbeat_body, heartbeat_loop, post_ready
 from worker.lifecycle.kv_dir import persist, persist_every
 from worker.lifecycle.kv_events import KvEvents
@@ -84,7 +85,9 @@ def _load(settings: Settings, progress: LoadingProgress,
     # Exact mode without the batch-invariant build says so, once: it runs slower kernels, and some rows lose exactness.
     (log.warning if library.fallback else log.info)("library_chosen", build=library.build, path=library.path,
                                                     reason=library.reason, built_by=build_origin(library.path))
-    # The first import of llama_cpp, which loads the library just chosen.
+    # The first import of llama_cpp, which loads the library just chosen: its C API only, not its __init__'s Llama
+    # class, which would load jinja2 and diskcache beside it (worker/lazy.py).
+    package_without_init("llama_cpp", "llama_cpp")
     from worker.engine.host import load_model
 
     served = load_model(model.path, config, loop, progress.report, chat_template=model.defaults.chat_template,
