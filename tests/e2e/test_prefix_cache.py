@@ -28,8 +28,9 @@ from worker.engine.kv.prefix_cache import ALIGN
 LLAMAFILE = b"LLAMAFILE = 1" in llama_cpp.llama_print_system_info()
 
 async def test_multi_turn_exact_equals_off_and_reuses_the_answers(http, base_url, off_conversations):
-    """The default build, the default flags: flash attention held to its per-row kernel makes an answer's cells
-    bitwise what a prefill makes (the load-time check measures it), so each turn starts past the previous answer."""
+    """The default flags on the batch-invariant build: flash attention held to one kernel for every row makes an
+    answer's cells bitwise what a prefill makes (the load-time check measures it), so each turn starts past the
+    previous answer."""
     exact = [await converse(http, base_url, q) for q in QUESTIONS]
     off = [await off_conversations(http, q) for q in QUESTIONS]
     assert [[t["answer"] for t in c] for c in exact] == [[t["answer"] for t in c] for c in off]
