@@ -170,6 +170,7 @@ PATCH_SECTIONS = {
     "0010": ("Audio windows",),
     "0011": ("qwen2vl's RMS norm epsilon",),
     "0012": ("The encoder beside streams",),
+    "0013": ("Patch 0013",),
 }
 
 
