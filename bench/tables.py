@@ -1,5 +1,6 @@
 """The published comparison tables, written from the committed runs (bench/results/summaries/), never typed: the
-README's comparison and docs/benchmarks.md's exact-mode first-token table, each between its markers.
+README's comparison, and docs/benchmarks.md's exact-mode first-token table and its throughput tables, each between
+its markers.
 
 A README row names its run and, per column, the server whose figures it quotes and how (a format string over the
 figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
@@ -159,6 +160,61 @@ def first_token() -> str:
     return "\n".join(lines)
 
 
+# docs/benchmarks.md's "Throughput and latency": a row per drafts setting and client count, then its targets.
+THROUGHPUT_RUNS = {"drafts off": "throughput-drafts-off", "drafts on": "throughput-drafts-on"}
+THROUGHPUT_LEVELS = {"1": "128x1", "8": "128x8"}
+
+
+def _each_round(run: dict[str, Any], peer: str, level: str) -> str:
+    kept = run.get("round_ratios", {}).get(peer, {}).get(level)
+    return ", ".join(f"{r:.2f}x" for r in kept["agg_tok_s"]) if kept else "not kept"
+
+
+def throughput() -> str:
+    lines = ["| 128-token prompts | clients | llm-worker tok/s | llama-server tok/s | llama_cpp.server tok/s | "
+             "each round's ratio to llama-server | llm-worker TTFT p50 | llama-server TTFT p50 | "
+             "llm-worker ITL p50 / p99 | llama-server ITL p50 / p99 |", "|---" * 10 + "|"]
+    for drafts, name in THROUGHPUT_RUNS.items():
+        run = summary(name)
+        servers = run["servers"]
+        for clients, level in THROUGHPUT_LEVELS.items():
+            w, s = servers[W][level], servers[S][level]
+            third = f"{servers[P][level]['agg_tok_s']:.1f}" if P in servers else ""
+            lines.append(f"| {drafts} | {clients} | {w['agg_tok_s']:.1f} | {s['agg_tok_s']:.1f} | {third} | "
+                         f"{_each_round(run, S, level)} | {w['ttft_p50_ms']:.0f} ms | {s['ttft_p50_ms']:.0f} ms | "
+                         f"{w['itl_p50_ms']:.1f} / {w['itl_p99_ms']:.0f} ms | "
+                         f"{s['itl_p50_ms']:.1f} / {s['itl_p99_ms']:.0f} ms |")
+    return "\n".join(lines)
+
+
+def throughput_targets() -> str:
+    run = summary("throughput-drafts-off")
+    servers = run["servers"]
+    w, s, p = servers[W], servers[S], servers[P]
+    peer_rounds = run.get("round_ratios", {}).get(P, {}).get("128x8")
+    spread = (f" (rounds {min(peer_rounds['agg_tok_s']):.2f}-{max(peer_rounds['agg_tok_s']):.2f} ×)"
+              if peer_rounds else "")
+    targets = [
+        ("single-stream decode tok/s ≥ 0.95 × llama-server",
+         w["128x1"]["decode_tok_s_p50"] / s["128x1"]["decode_tok_s_p50"], 0.95,
+         " × (its decode tok/s per stream, p50)", True),
+        ("aggregate tok/s at 8 streams ≥ 1.0 × llama-server", w["128x8"]["agg_tok_s"] / s["128x8"]["agg_tok_s"], 1.0,
+         " ×", True),
+        ("aggregate tok/s at 8 streams ≥ 3 × llama_cpp.server", w["128x8"]["agg_tok_s"] / p["128x8"]["agg_tok_s"], 3.0,
+         f" ×{spread}", True),
+        ("TTFT p50 at 8 streams ≤ 1.1 × llama-server", w["128x8"]["ttft_p50_ms"] / s["128x8"]["ttft_p50_ms"], 1.1,
+         " ×", False),
+    ]
+    lines = ["| target (drafts off on every server, medians of 3 rounds) | measured | met |", "|---|---|---|"]
+    for label, value, bound, words, higher in targets:
+        met = value >= bound if higher else value <= bound
+        lines.append(f"| {label} | {value:.2f}{words} | {'yes' if met else '**no**'} |")
+    rss = w[RSS_LESS_MODEL]
+    lines.append(f"| worker RSS minus model size ≤ 150 MB | {rss:.0f} MB (llama-server: {s[RSS_LESS_MODEL]:.0f} MB) | "
+                 f"{'yes' if rss <= 150 else '**no**'} |")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Published:
     page: Path
@@ -182,7 +238,9 @@ class Published:
         self.page.write_text(self.page.read_text().replace(self.held(), self.written()))
 
 
-TABLES = (Published(REPO / "README.md", readme), Published(REPO / "docs" / "benchmarks.md", first_token))
+BENCHMARKS = REPO / "docs" / "benchmarks.md"
+TABLES = (Published(REPO / "README.md", readme), Published(BENCHMARKS, first_token), Published(BENCHMARKS, throughput),
+          Published(BENCHMARKS, throughput_targets))
 
 
 def main() -> None:

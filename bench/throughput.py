@@ -46,6 +46,7 @@ from bench.config import (
 )
 from bench.prompts import PromptFactory
 from bench.report import environment, fmt, machine_line, publish, pyplot, ratio, save_chart, write_summary
+from bench.rounds import each_ratio
 from bench.servers import RssSampler, running_server
 
 # --------------------------------------------------------------------------- results
@@ -236,20 +237,30 @@ def median_runs(servers: tuple[str, ...], by_round: list[list[ServerRun]]) -> li
     return merged
 
 
-def round_ratios(cfg: BenchConfig, by_round: list[list[ServerRun]]) -> str:
-    """Each round's llm-worker/peer tok/s ratio per level: how far one run's ratio moves here."""
-    if len(by_round) < 2:
-        return ""
-    lines = ["", "## Each round's tok/s ratio, llm-worker / peer", "", "| peer | prompt | clients | rounds |",
-             "|---|---|---|---|"]
+def tok_s_ratios(cfg: BenchConfig, by_round: list[list[ServerRun]]) -> dict[str, dict[str, dict[str, list[float]]]]:
+    """Each round's llm-worker/peer tok/s ratio, by peer and level ("PROMPTxCLIENTS", the summary's keys)."""
+    by_peer: dict[str, dict[str, dict[str, list[float]]]] = {}
     for peer in (server for server in cfg.servers if server != WORKER):
         for prompt in cfg.prompt_lengths:
             for clients in cfg.concurrencies:
-                ratios = [ratio(ours.agg_tok_s, theirs.agg_tok_s) for runs in by_round
-                          if (ours := find_level(runs, WORKER, prompt, clients))
-                          and (theirs := find_level(runs, peer, prompt, clients))]
-                if ratios:
-                    lines.append(f"| {peer} | {prompt} | {clients} | {', '.join(f'{r:.2f}x' for r in ratios)} |")
+                pairs = [(ours.agg_tok_s, theirs.agg_tok_s) for runs in by_round
+                         if (ours := find_level(runs, WORKER, prompt, clients))
+                         and (theirs := find_level(runs, peer, prompt, clients))]
+                if pairs:
+                    by_peer.setdefault(peer, {})[f"{prompt}x{clients}"] = {"agg_tok_s": each_ratio(pairs)}
+    return by_peer
+
+
+def round_ratios(by_peer: dict[str, dict[str, dict[str, list[float]]]], rounds: int) -> str:
+    """The report's table of them: how far one run's ratio moves here."""
+    if rounds < 2:
+        return ""
+    lines = ["", "## Each round's tok/s ratio, llm-worker / peer", "", "| peer | prompt | clients | rounds |",
+             "|---|---|---|---|"]
+    for peer, levels in by_peer.items():
+        for level, figures in levels.items():
+            prompt, clients = level.split("x")
+            lines.append(f"| {peer} | {prompt} | {clients} | {', '.join(f'{r:.2f}x' for r in figures['agg_tok_s'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -482,7 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     by_round = [[bench_server(name, cfg, prompts) for name in (cfg.servers if n % 2 == 0 else cfg.servers[::-1])]
                 for n in range(rounds)]
     runs = median_runs(cfg.servers, by_round)
-    report = markdown_report(cfg, runs, env, prompts) + round_ratios(cfg, by_round)
+    by_peer = tok_s_ratios(cfg, by_round)
+    report = markdown_report(cfg, runs, env, prompts) + round_ratios(by_peer, rounds)
     print(report)
     (cfg.out_dir / "latest.md").write_text(report)
     raw = {"config": {k: str(v) if isinstance(v, Path) else v for k, v in asdict(cfg).items()},
@@ -493,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     if cfg.publish:
         write_summary(summary_name or f"throughput-drafts-{drafts}", env, {
             run.server: {f"{lv.prompt_tokens}x{lv.clients}": {m[0]: round(getattr(lv, m[0]), 2) for m in METRICS}
-                         for lv in run.levels} | {"peak_rss_mb": round(run.peak_rss_mb)} for run in runs})
+                         for lv in run.levels} | {"peak_rss_mb": round(run.peak_rss_mb)} for run in runs},
+                      round_ratios=by_peer if rounds > 1 else None)
         if summary_name is None:
             name = "RESULTS.md" if drafts == "off" else "RESULTS-DRAFTS.md"
             publish(report, chart if has_chart and drafts == "off" else None, name,
