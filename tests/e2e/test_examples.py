@@ -186,7 +186,7 @@ def check_props(_: None, reply: Reply) -> None:
     props = reply.json()
     settings = props["default_generation_settings"]
     assert (props["model_alias"], props["total_slots"], settings["n_ctx"]) == (MODEL, SLOTS, CTX_PER_SLOT), props
-    # The default model's models.toml sampling (README: "the default model's card says temperature 0.2, top_p 0.9").
+    # The default model's models.toml sampling (its entry: temperature 0.2, top_p 0.9).
     assert (settings["params"]["temperature"], settings["params"]["top_p"]) == (0.2, 0.9), settings["params"]
 
 
