@@ -58,3 +58,16 @@ async def test_xtc_under_a_grammar_draws_only_what_the_grammar_allows(http, base
         result = await openai_once(http, base_url + "/v1/chat/completions", body)
         assert result["choices"][0]["finish_reason"] == "stop", result
         jsonschema.validate(json.loads(completion_text(result)), schema)
+
+
+async def test_ignore_eos_runs_the_answer_to_max_tokens(http, base_url):
+    """llama-server's ignore_eos: a greedy chat answer that ends by itself well before max_tokens runs to it instead,
+    its first tokens those of the answer that ended (an end-of-generation token is the only one banned)."""
+    body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 48, "temperature": 0}
+    ended = await openai_once(http, base_url + "/v1/chat/completions", body)
+    assert ended["choices"][0]["finish_reason"] == "stop" and ended["usage"]["completion_tokens"] < 48, ended
+    ran = await openai_once(http, base_url + "/v1/chat/completions", {**body, "ignore_eos": True})
+    assert ran["choices"][0]["finish_reason"] == "length" and ran["usage"]["completion_tokens"] == 48, ran
+    assert ran["choices"][0]["message"]["content"].startswith(ended["choices"][0]["message"]["content"]), ran
+    async with http.post(base_url + "/v1/completions", json={"prompt": "Hi", "ignore_eos": "yes"}) as response:
+        assert response.status == 400 and "ignore_eos" in await response.text()

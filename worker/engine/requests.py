@@ -58,6 +58,9 @@ class SamplingParams:
     samplers: tuple[str, ...] = DEFAULT_SAMPLERS  # the stages' order, by llama.cpp's names (worker/fields.py)
     seed: int | None = None  # None: a fresh random seed per request
     logit_bias: dict[int, float] = field(default_factory=dict)
+    # llama-server's ignore_eos: every end-of-generation token banned (a -inf bias), so the answer runs to max_tokens
+    # or a stop string; what benchmark clients send to fix an answer's length.
+    ignore_eos: bool = False
     grammar: str | None = None  # GBNF (root rule "root") the output must match; checked by Engine.grammar_problem
     # Set: `grammar` is lazy. The answer is free until it writes one of the triggers, and the grammar's root starts
     # there (lazy_grammar.py): tool_choice auto's calls.

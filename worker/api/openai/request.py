@@ -60,7 +60,8 @@ MAX_COMPLETION_LOGPROBS = 5  # completions' logprobs, as OpenAI's
 
 
 def _openai_sampling(r: Reader, n_vocab: int, base: SamplingParams) -> SamplingParams:
-    return replace(read_sampling(r, OPENAI_SAMPLING, base), logit_bias=_logit_bias(r, n_vocab))
+    return replace(read_sampling(r, OPENAI_SAMPLING, base), logit_bias=_logit_bias(r, n_vocab),
+                   ignore_eos=r.boolean("ignore_eos"))
 
 
 def _openai_generation(r: Reader, n_vocab: int, base: SamplingParams, max_choices: int, loras: int,

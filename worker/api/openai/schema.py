@@ -41,6 +41,9 @@ _SAMPLING = {
                        {"type": "array", "maxItems": MAX_STOP_STRINGS, "items": stop_string(MAX_STOP_BYTES)}]},
     "logit_bias": {"type": ["object", "null"], "propertyNames": {"$ref": "#/components/schemas/TokenId"},
                    "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
+    "ignore_eos": {"type": ["boolean", "null"],
+                   "description": "llama-server's: end-of-generation tokens are never sampled; the answer ends at "
+                                  "max_tokens or a stop string"},
     "stream": {"type": ["boolean", "null"]},
     "stream_options": {"type": ["object", "null"], "properties": {"include_usage": {"type": ["boolean", "null"]}}},
     "model": {"type": "string", "description": "the served model or one of its LoRA adapters (GET /v1/models)"},
