@@ -1,6 +1,6 @@
 """The published comparison tables, written from the committed runs (bench/results/summaries/), never typed: the
-README's comparison, and docs/benchmarks.md's exact-mode first-token table and its throughput tables, each between
-its markers.
+README's comparison, and docs/benchmarks.md's exact-mode first-token table, its throughput tables and GuideLLM's,
+each between its markers.
 
 A README row names its run and, per column, the server whose figures it quotes and how (a format string over the
 figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
@@ -104,6 +104,12 @@ ROWS = (
     Row("decode under a JSON schema, 1 stream", "structured",
         (Column("{w[json_schema][decode tok/s]:.1f} tok/s ({r[json_schema][decode tok/s]:.2f}x)", EXACT),
          Column("{s[json_schema][decode tok/s]:.1f} tok/s", S), NONE), bench_link("STRUCTURED.md")),
+    Row("GuideLLM 0.8.1 (an outside client), 8 streams: output tok/s; inter-token ms (both means); TTFT p50",
+        "guidellm",
+        (Column("{w[8 streams][output_tok_s]:.1f} ({r[8 streams][output_tok_s]:.2f}x); "
+                "{w[8 streams][itl_mean_ms]:.0f} ms; {w[8 streams][ttft_p50_ms]:,.0f} ms", W),
+         Column("{s[8 streams][output_tok_s]:.1f}; {s[8 streams][itl_mean_ms]:.0f} ms; "
+                "{s[8 streams][ttft_p50_ms]:,.0f} ms", S), NONE), bench_link("GUIDELLM.md")),
     Row("decode with n-gram drafts, answers that copy the prompt, 1 stream", "speculative",
         (Column("{w[copying, 1 stream]:.1f} tok/s ({r[copying, 1 stream]:.2f}x without drafts)", "llm-worker ngram"),
          Column("{s[copying, 1 stream]:.1f} tok/s (ngram-simple, its best)", "llama-server ngram-simple"), NONE),
@@ -165,9 +171,9 @@ THROUGHPUT_RUNS = {"drafts off": "throughput-drafts-off", "drafts on": "throughp
 THROUGHPUT_LEVELS = {"1": "128x1", "8": "128x8"}
 
 
-def _each_round(run: dict[str, Any], peer: str, level: str) -> str:
+def _each_round(run: dict[str, Any], peer: str, level: str, figure: str = "agg_tok_s") -> str:
     kept = run.get("round_ratios", {}).get(peer, {}).get(level)
-    return ", ".join(f"{r:.2f}x" for r in kept["agg_tok_s"]) if kept else "not kept"
+    return ", ".join(f"{r:.2f}x" for r in kept[figure]) if kept else "not kept"
 
 
 def throughput() -> str:
@@ -215,6 +221,25 @@ def throughput_targets() -> str:
     return "\n".join(lines)
 
 
+# docs/benchmarks.md's "An outside client": GuideLLM's figures per level, llm-worker against llama-server.
+GUIDELLM_FIGURES = {"output tok/s (mean)": "output_tok_s", "inter-token ms (mean)": "itl_mean_ms",
+                    "TTFT ms (p50)": "ttft_p50_ms", "TTFT ms (p99)": "ttft_p99_ms",
+                    "request latency s (mean)": "latency_mean_s"}
+
+
+def guidellm() -> str:
+    run = summary("guidellm")
+    servers = run["servers"]
+    lines = ["| streams | figure | llm-worker | llama-server | ratio |", "|---|---|---|---|---|"]
+    for level in servers[W]:
+        for label, name in GUIDELLM_FIGURES.items():
+            ours, theirs = servers[W][level][name], servers[S][level][name]
+            lines.append(f"| {level.split()[0]} | {label} | {ours:,.1f} | {theirs:,.1f} | {ours / theirs:.2f}x |")
+        lines.append(f"| {level.split()[0]} | output tok/s, each round's ratio | | | "
+                     f"{_each_round(run, S, level, 'output_tok_s')} |")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Published:
     page: Path
@@ -240,7 +265,7 @@ class Published:
 
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
 TABLES = (Published(REPO / "README.md", readme), Published(BENCHMARKS, first_token), Published(BENCHMARKS, throughput),
-          Published(BENCHMARKS, throughput_targets))
+          Published(BENCHMARKS, throughput_targets), Published(BENCHMARKS, guidellm))
 
 
 def main() -> None:
