@@ -68,6 +68,9 @@ class LevelResult:
     ttft_p99_ms: float
     itl_p50_ms: float
     itl_p99_ms: float
+    # The longest wait between two tokens of one request: a prompt prefilled whole beside running streams stalls
+    # them all once (few gaps, past the p99), one prefilled in chunks stalls them less, more often.
+    itl_max_ms: float
     decode_tok_s_p50: float  # per stream, first to last token of a request (excludes prefill)
     peak_rss_mb: float  # server process tree, during this level
     background_cpu: float  # share of all cores busy just before the level, while the server idled
@@ -155,7 +158,7 @@ async def run_level(url: str, cfg: BenchConfig, prompts: PromptFactory, prompt_t
         requests_per_s=len(ok) / wall,
         wall_s=wall,
         ttft_p50_ms=percentile(ttfts, 50), ttft_p99_ms=percentile(ttfts, 99),
-        itl_p50_ms=percentile(gaps, 50), itl_p99_ms=percentile(gaps, 99),
+        itl_p50_ms=percentile(gaps, 50), itl_p99_ms=percentile(gaps, 99), itl_max_ms=max(gaps, default=float("nan")),
         decode_tok_s_p50=percentile(decode, 50),
         peak_rss_mb=sampler.peak(t0, time.perf_counter()) / MB,
         background_cpu=background,
@@ -274,6 +277,7 @@ METRICS = (  # field, column title, format, higher is better
     ("ttft_p99_ms", "TTFT p99 ms", "{:.0f}", False),
     ("itl_p50_ms", "ITL p50 ms", "{:.1f}", False),
     ("itl_p99_ms", "ITL p99 ms", "{:.1f}", False),
+    ("itl_max_ms", "longest gap ms", "{:.0f}", False),
     ("peak_rss_mb", "peak RSS MB", "{:.0f}", False),
 )
 
