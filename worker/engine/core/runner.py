@@ -6,9 +6,10 @@ core/scheduler.py decides; what the tokens add to the answers, and what the call
 from __future__ import annotations
 
 import ctypes
+import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import llama_cpp
 import structlog
@@ -110,7 +111,11 @@ class ModelRunner:
                     seq.embeddings[span.start].add_done_callback(lambda _: self._encoded())
         seq.state = SequenceState.FORKED if seq.parent is not None else SequenceState.PREFILLING
         seq.admitted_at = time.monotonic()
-        seq.sampler = Sampler(seq.request.sampling, self.model.vocab, self.model.n_vocab, text_only(seq.prompt),
+        sampling = seq.request.sampling
+        if sampling.ignore_eos:  # llama-server's: every end-of-generation token biased to -inf
+            banned = dict.fromkeys(self.model.eog_tokens, -math.inf)
+            sampling = replace(sampling, logit_bias=sampling.logit_bias | banned)
+        seq.sampler = Sampler(sampling, self.model.vocab, self.model.n_vocab, text_only(seq.prompt),
                               seq.request.preserved_tokens)
         if self.speculator:
             self.speculator.start(seq)

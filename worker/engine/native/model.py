@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -333,6 +334,11 @@ class LlamaModel:
     @property
     def eos_text(self) -> str:
         return self.token_text(llama_cpp.llama_vocab_eos(self.vocab))
+
+    @functools.cached_property
+    def eog_tokens(self) -> tuple[int, ...]:
+        """The vocabulary's end-of-generation tokens (llama-server's logit_bias_eog), found once: a scan of them all."""
+        return tuple(token for token in range(self.n_vocab) if llama_cpp.llama_vocab_is_eog(self.vocab, token))
 
     def is_eog(self, token: int) -> bool:
         known = self._eog.get(token)

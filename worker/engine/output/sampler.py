@@ -4,9 +4,6 @@ constraints/lazy_grammar.py for one that waits for its trigger)."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
-import math
 from dataclasses import dataclass
 
 import llama_cpp
@@ -28,20 +25,6 @@ class Chain:
     draw: SeededDraw | None  # held here: its Python callback must live as long as the native chain that calls it
 
 
-@functools.cache
-def _eog_tokens(vocab_address: int, n_vocab: int, eos: int, eot: int) -> tuple[int, ...]:
-    vocab = llama_cpp.llama_vocab_p(vocab_address)
-    return tuple(token for token in range(n_vocab) if llama_cpp.llama_vocab_is_eog(vocab, token))
-
-
-def eog_tokens(vocab: llama_cpp.llama_vocab_p, n_vocab: int) -> tuple[int, ...]:
-    """The vocabulary's end-of-generation tokens (as llama-server's logit_bias_eog): a scan of every token, once per
-    vocabulary (its address, size and end tokens: a process that loads another model at the same address scans
-    again)."""
-    address = ctypes.cast(vocab, ctypes.c_void_p).value or 0
-    return _eog_tokens(address, n_vocab, llama_cpp.llama_vocab_eos(vocab), llama_cpp.llama_vocab_eot(vocab))
-
-
 def build_chain(params: SamplingParams, vocab: llama_cpp.llama_vocab_p | None, n_vocab: int, seed: int) -> Chain:
     """The chain, in llama.cpp's order: logit bias, then `samplers`' stages in their order, then the draw: the
     worker's own 64-bit seeded draw (output/seeded_draw.py) where llama.cpp would use its dist stage. Mirostat (1 or
@@ -54,13 +37,11 @@ def build_chain(params: SamplingParams, vocab: llama_cpp.llama_vocab_p | None, n
     add = lambda stage: llama_cpp.llama_sampler_chain_add(chain, stage)  # noqa: E731
     context = StageContext(vocab, n_vocab, native_seed(seed))
 
-    logit_bias = params.logit_bias | (dict.fromkeys(eog_tokens(vocab, n_vocab), -math.inf)
-                                      if params.ignore_eos and vocab is not None else {})
-    if logit_bias:
-        biases = (llama_cpp.llama_logit_bias * len(logit_bias))(
-            *(llama_cpp.llama_logit_bias(token, bias) for token, bias in logit_bias.items())
+    if params.logit_bias:
+        biases = (llama_cpp.llama_logit_bias * len(params.logit_bias))(
+            *(llama_cpp.llama_logit_bias(token, bias) for token, bias in params.logit_bias.items())
         )
-        add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(logit_bias), biases))
+        add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(params.logit_bias), biases))
     draw = None
     if params.temperature <= 0:
         names = tuple(name for name in params.samplers if name in REPEAT_STAGES)
