@@ -139,7 +139,12 @@ def test_prefill_beside_running_streams_is_held_to_the_measured_pace():
     assert chunk.end - chunk.start == align_down(int(STALL_FACTOR * 0.050 / 0.0025)) == 48
     (alone,) = plan([new], [0, 2, 3], 0, False).prefill
     assert alone.end - alone.start == 256
-    assert Pace().prefill_tokens_beside_streams(256) == 256  # nothing measured yet: the whole budget
+    # Nothing measured yet (a stream's first decode step), or one speed only: two blocks, the least a step holds.
+    assert Pace().prefill_tokens_beside_streams(256) == 2 * ALIGN
+    decoded_only = Pace()
+    decoded_only.observe_decode(0.050, 1)
+    assert decoded_only.prefill_tokens_beside_streams(256) == 2 * ALIGN
+    assert Pace().prefill_tokens_beside_streams(16, grid=16) == 16  # never more than the budget
 
 
 def test_a_gpu_cuts_exact_and_off_prompts_on_micro_batches_and_prefills_whole_batches():

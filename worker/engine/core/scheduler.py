@@ -74,12 +74,17 @@ class Pace:
         self.prefill_token_s = _smooth(self.prefill_token_s, seconds / tokens)
 
     def prefill_tokens_beside_streams(self, budget: int, grid: int = ALIGN) -> int:
-        """Prefill tokens a step may hold while streams decode: STALL_FACTOR decode steps' worth, whole blocks."""
-        if not self.decode_step_s or not self.prefill_token_s:
-            return budget  # nothing measured yet
+        """Prefill tokens a step may hold while streams decode: STALL_FACTOR decode steps' worth, whole blocks.
+
+        Until both speeds are measured, the least a step holds: the first step of a stream beside new prompts has no
+        decode step to measure against, and the whole budget there held the streams for most of a second
+        (bench/probes/RESULTS.md, "Eight clients"); the step after it is measured."""
         # At least two blocks: a prompt whose last block is one row over is cut a block early (see plan()).
+        least = min(budget, 2 * grid)
+        if not self.decode_step_s or not self.prefill_token_s:
+            return least
         fits = int(STALL_FACTOR * self.decode_step_s / self.prefill_token_s)
-        return min(budget, max(2 * grid, align_down(fits, grid)))
+        return min(budget, max(least, align_down(fits, grid)))
 
 
 def _smooth(average: float, sample: float) -> float:
