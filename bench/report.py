@@ -35,11 +35,30 @@ def environment(cfg: BenchConfig) -> dict[str, Any]:
     if cfg.llama_server_bin:
         out = subprocess.run([str(cfg.llama_server_bin), "--version"], capture_output=True, text=True, timeout=30)
         env["llama_server_version"] = " ".join((out.stdout + out.stderr).split("\n")[0:2]).strip()
+        env["llama_server_patches"] = peer_patches(cfg.llama_server_bin)
     with contextlib.suppress(Exception):
         import llama_cpp
 
         env["llama_cpp_python"] = llama_cpp.__version__
     return env
+
+
+def peer_patches(binary: Path) -> str:
+    """The hash of the patch set llama-server was built with ("" for none), from what scripts/build-llama-cpp wrote
+    beside it; "unknown" for a binary built elsewhere."""
+    record = binary.parent / "llm-worker-build"
+    if not record.is_file():
+        return "unknown"
+    fields = dict(line.split("=", 1) for line in record.read_text().splitlines() if "=" in line)
+    return fields.get("patches", "unknown")
+
+
+def peer_build_line(env: dict[str, Any]) -> str:
+    """What a report says of the peer's build."""
+    patches = env.get("llama_server_patches", "")
+    if patches in ("", "unknown"):
+        return "llama.cpp as upstream ships it, none of our patches" if patches == "" else "built elsewhere"
+    return f"built from the same patched source (patch set {patches}), the batch-invariance switch off"
 
 
 def fmt(template: str, value: float) -> str:
@@ -108,11 +127,12 @@ def source_commit() -> str:
 def write_summary(name: str, env: dict[str, Any], figures: dict[str, Any],
                   round_ratios: dict[str, Any] | None = None, directory: Path = SUMMARIES) -> Path:
     """A published run's figures as bench/results/summaries/NAME.json, committed: the date, the commit (and whether
-    the tree had changes), the machine and its load, the command, every server's figures, and where a bench gives
+    the tree had changes), the machine and its load, the command, the patch set the llama-server peer was built with
+    (absent in runs before it was recorded, whose peer had none), every server's figures, and where a bench gives
     them, each round's ratios to the peer (what a "median of each round's ratio" is taken from). The README's and
     docs' tables quote these; tests/unit/test_published_figures.py holds them to it. A run on a lent machine writes
     it into its own output (`directory`), to be committed from there."""
-    run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb") if key in env}
+    run = {key: env[key] for key in ("drafts", "rounds", "model", "model_mb", "llama_server_patches") if key in env}
     script = Path(sys.argv[0].split()[0]).name  # bench/run.py names its workload in argv[0] too ("run.py chat")
     summary = {"date": env.get("date"), "commit": env.get("commit") or source_commit(),
                "machine": f"{env.get('cpu')}, {env.get('cores')} cores", "load_before": env.get("load_before"),

@@ -17,6 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.config import LLAMA_CPP_PY, LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig
+from worker.engine.exactness.build_choice import SWITCH_ENV
 
 
 def free_port() -> int:
@@ -98,6 +99,12 @@ class RssSampler:
         self._thread.join()
 
 
+def peer_environment() -> dict[str, str]:
+    """A peer's environment: this one without the batch-invariance switch, which the patched llama-server would read
+    (bench/build_llama_server.sh): the peer runs the kernels llama.cpp ships, as the worker's fast mode does."""
+    return {key: value for key, value in os.environ.items() if key != SWITCH_ENV}
+
+
 @contextlib.contextmanager
 def running_server(name: str, cfg: BenchConfig) -> Iterator[tuple[str, subprocess.Popen, RssSampler, float, list[str]]]:
     port = free_port()
@@ -107,7 +114,7 @@ def running_server(name: str, cfg: BenchConfig) -> Iterator[tuple[str, subproces
     with open(log_path, "wb") as log:
         t0 = time.perf_counter()
         # Own process group, so stopping it also stops anything it spawned.
-        env = {**os.environ, **dict(cfg.worker_env)} if name == WORKER else None
+        env = {**os.environ, **dict(cfg.worker_env)} if name == WORKER else peer_environment()
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_DIR, start_new_session=True,
                                 env=env)
         sampler = RssSampler(proc.pid)
