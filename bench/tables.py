@@ -6,7 +6,9 @@ A README row names its run and, per column, the server whose figures it quotes a
 figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
 llama-server's unless the row names another of the run's servers); a column without a server is words. A ratio is
 always the quoted figures' ratio, one definition for every table. `--write` puts each table between its markers;
-tests/unit/test_published_figures.py fails while a page holds another.
+tests/unit/test_published_figures.py fails while a page holds another. A llama-server figure from a run whose peer
+was built without our patches (every run before bench/build_llama_server.sh built it from the patched source) is
+marked UNPATCHED; the pages' captions say what the mark means.
 Run: .venv/bin/python bench/tables.py [--write]
 """
 
@@ -23,6 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 SUMMARIES = REPO / "bench" / "results" / "summaries"
 END = "<!-- /table -->"
 HEADER = "| | llm-worker | llama-server | llama_cpp.server | from |\n|---|---|---|---|---|"
+UNPATCHED = " †"
 # A run's peak RSS less its model file: what a server holds beside the weights.
 RSS_LESS_MODEL = "peak_rss_less_model_mb"
 
@@ -130,6 +133,11 @@ def summary(name: str) -> dict[str, Any]:
     return run
 
 
+def peer_mark(run: dict[str, Any]) -> str:
+    """UNPATCHED where the run's llama-server had none of our patches: its summary names no patch set."""
+    return "" if run.get("llama_server_patches") else UNPATCHED
+
+
 def ratios(ours: Any, theirs: Any) -> Any:
     """ours / theirs at every figure both have, in the figures' own nesting."""
     if isinstance(ours, dict):
@@ -138,12 +146,16 @@ def ratios(ours: Any, theirs: Any) -> Any:
 
 
 def render_row(row: Row) -> str:
-    servers = summary(row.run)["servers"]
+    run = summary(row.run)
+    servers = run["servers"]
     figures = {name: servers[column.server] for name, column in zip("wsp", row.cells) if column.server}
     reference = row.reference_server()
     if "w" in figures and reference:
         figures["r"] = ratios(figures["w"], servers[reference])
-    parts = [row.label, *(column.text.format(**figures) for column in row.cells), row.link]
+    cells = [column.text.format(**figures) for column in row.cells]
+    if row.cells[1].server:
+        cells[1] += peer_mark(run)
+    parts = [row.label, *cells, row.link]
     return "|" + "|".join(f" {part} " if part else " " for part in parts) + "|"
 
 
@@ -159,13 +171,13 @@ FIRST_TOKEN_LEVELS = {"1,536-token prompt": "1536x1", "6,144-token prompt": "614
 
 
 def first_token() -> str:
-    runs = {column: summary(name)["servers"] for column, name in FIRST_TOKEN_RUNS.items()}
+    runs = {column: summary(name) for column, name in FIRST_TOKEN_RUNS.items()}
     lines = ["| time to first token | " + " | ".join(runs) + " |", "|---" * (1 + len(runs)) + "|"]
     for label, level in FIRST_TOKEN_LEVELS.items():
         cells = []
-        for servers in runs.values():
-            ours, theirs = (servers[name][level]["ttft_p50_ms"] / 1000 for name in (W, S))
-            cells.append(f"{ours:.2f} s vs {theirs:.2f} s ({ours / theirs:.2f}x)")
+        for run in runs.values():
+            ours, theirs = (run["servers"][name][level]["ttft_p50_ms"] / 1000 for name in (W, S))
+            cells.append(f"{ours:.2f} s vs {theirs:.2f} s{peer_mark(run)} ({ours / theirs:.2f}x)")
         lines.append("| " + " | ".join([label, *cells]) + " |")
     return "\n".join(lines)
 
@@ -190,7 +202,8 @@ def throughput() -> str:
         for clients, level in THROUGHPUT_LEVELS.items():
             w, s = servers[W][level], servers[S][level]
             third = f"{servers[P][level]['agg_tok_s']:.1f}" if P in servers else ""
-            lines.append(f"| {drafts} | {clients} | {w['agg_tok_s']:.1f} | {s['agg_tok_s']:.1f} | {third} | "
+            lines.append(f"| {drafts} | {clients} | {w['agg_tok_s']:.1f} | {s['agg_tok_s']:.1f}{peer_mark(run)} | "
+                         f"{third} | "
                          f"{_each_round(run, S, level)} | {w['ttft_p50_ms']:.0f} ms | {s['ttft_p50_ms']:.0f} ms | "
                          f"{w['itl_p50_ms']:.1f} / {w['itl_p99_ms']:.0f} / {w['itl_max_ms']:,.0f} ms | "
                          f"{s['itl_p50_ms']:.1f} / {s['itl_p99_ms']:.0f} / {s['itl_max_ms']:,.0f} ms |")
@@ -238,7 +251,8 @@ def guidellm() -> str:
     for level in servers[W]:
         for label, name in GUIDELLM_FIGURES.items():
             ours, theirs = servers[W][level][name], servers[S][level][name]
-            lines.append(f"| {level.split()[0]} | {label} | {ours:,.1f} | {theirs:,.1f} | {ours / theirs:.2f}x |")
+            lines.append(f"| {level.split()[0]} | {label} | {ours:,.1f} | {theirs:,.1f}{peer_mark(run)} | "
+                         f"{ours / theirs:.2f}x |")
         lines.append(f"| {level.split()[0]} | output tok/s, each round's ratio | | | "
                      f"{_each_round(run, S, level, 'output_tok_s')} |")
     return "\n".join(lines)
