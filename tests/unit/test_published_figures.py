@@ -121,8 +121,10 @@ RATIO = re.compile(r"(\d+\.\d+)x")
 ROUND_RATIOS = {
     "a hybrid model's multi-turn chat (LFM2-1.2B's shape): llama-server's wall time": (
         "chat-hybrid", "llm-worker exact no drafts", "wall s"),
-    "multi-turn chat on Q4_K_M weights: 0.9x llama-server's wall time (met on Q4_1)": (
+    "multi-turn chat on Q4_K_M weights: 0.9x llama-server's wall time": (
         "chat-q4_k_m", "llm-worker exact no drafts", "wall s"),
+    "multi-turn chat on the test model (Q4_1): 0.9x llama-server's wall time": (
+        "chat", "llm-worker exact no drafts", "wall s"),
     "multi-turn chat on F16 weights: 0.9x llama-server's wall time": (
         "chat-f16", "llm-worker exact no drafts", "wall s"),
 }
