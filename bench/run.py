@@ -17,7 +17,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 WORKLOADS = ("throughput", "chat", "burst", "structured", "kvflags", "weights", "speculative", "restart", "hostcache",
-             "lora", "rerank", "images", "chat_layer", "templates", "guidellm")
+             "lora", "rerank", "images", "chat_layer", "templates", "guidellm", "embeddings")
 
 
 def usage() -> str:

@@ -1,6 +1,6 @@
 """The published comparison tables, written from the committed runs (bench/results/summaries/), never typed: the
-README's comparison, and docs/benchmarks.md's exact-mode first-token table, its throughput tables and GuideLLM's,
-each between its markers.
+README's comparison, and docs/benchmarks.md's exact-mode first-token table, its throughput tables, GuideLLM's and
+the embeddings table, each between its markers.
 
 A README row names its run and, per column, the server whose figures it quotes and how (a format string over the
 figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
@@ -258,6 +258,24 @@ def guidellm() -> str:
     return "\n".join(lines)
 
 
+# docs/benchmarks.md's "Embeddings": each server's inputs/s both ways, llm-worker's modes against llama-server.
+EMBEDDING_FIGURES = {"batched": "batched_inputs_s", "single": "single_inputs_s"}
+
+
+def embeddings() -> str:
+    run = summary("embeddings")
+    servers = run["servers"]
+    lines = ["| server | batched inputs/s | single inputs/s | batched, each round's ratio to llama-server | "
+             "single, each round's ratio |", "|---|---|---|---|---|"]
+    for label, figures in servers.items():
+        peer = label == S
+        cells = [f"{figures[name]:.1f}{peer_mark(run) if peer else ''}" for name in EMBEDDING_FIGURES.values()]
+        cells += ["" if peer else ", ".join(f"{r:.2f}x" for r in run["round_ratios"][label][name])
+                  for name in EMBEDDING_FIGURES.values()]
+        lines.append("| " + " | ".join([label, *cells]) + " |")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Published:
     page: Path
@@ -283,7 +301,7 @@ class Published:
 
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
 TABLES = (Published(REPO / "README.md", readme), Published(BENCHMARKS, first_token), Published(BENCHMARKS, throughput),
-          Published(BENCHMARKS, throughput_targets), Published(BENCHMARKS, guidellm))
+          Published(BENCHMARKS, throughput_targets), Published(BENCHMARKS, guidellm), Published(BENCHMARKS, embeddings))
 
 
 def main() -> None:

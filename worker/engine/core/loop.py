@@ -88,7 +88,9 @@ class EngineLoop:
         # Embedding and rank jobs decode in pooled contexts of their own (those the model has), but on this thread:
         # never two llama_decode calls at once. Each has its queue.
         contexts = {EMBEDDINGS: model.embedding, RANK: model.ranking}
-        self._pooled = {kind: (Embedder(pooled), deque[EmbeddingJob]()) for kind, pooled in contexts.items()
+        # Fast mode promises no batch invariance: its inputs are packed without filler rows.
+        aligned = cache_mode is not CacheMode.FAST
+        self._pooled = {kind: (Embedder(pooled, aligned), deque[EmbeddingJob]()) for kind, pooled in contexts.items()
                         if pooled is not None}
         self._tasks: list[CellTask] = []
         # (steps, seconds in them, of those inside llama_decode), replaced whole at each step's end: a reader on

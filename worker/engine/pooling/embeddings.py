@@ -20,14 +20,19 @@ log = structlog.get_logger(__name__)
 EMBEDDINGS, RANK = "embeddings", "rank"  # the pooled contexts a model may have: --embeddings', a reranker's head
 Vector = array  # of 'f' (float32): L2-normalized embeddings, or a rank head's raw outputs
 # Where each input starts in a batch: attention and mean-pooling sum over batch rows in SIMD lanes, so an input's
-# vector follows where its rows start. Inputs start at multiples of the widest float vector (AVX-512: 16 lanes), with
-# filler rows between, and match each alone (docs/api.md, "Embeddings"); the filler costs up to 15 rows an input.
+# vector follows where its rows start. In exact and off modes inputs start at multiples of the widest float vector
+# (AVX-512: 16 lanes), with filler rows between, and match each alone (docs/api.md, "Embeddings"); the filler costs up
+# to 15 rows an input. Fast mode, which promises no batch invariance, packs them tight.
 ROW_ALIGN = 16
 FILLER_TOKEN = 0  # any token of the vocab: the filler sequence's output is never read
 
 
 def _align_up(n: int) -> int:
     return -(-n // ROW_ALIGN) * ROW_ALIGN
+
+
+def _tight(n: int) -> int:
+    return n
 
 
 Outcome = list[Vector] | EmbeddingFailed
@@ -64,10 +69,11 @@ class Embedder:
 
     Pooling (mean, cls, last) reads a whole input from one ubatch, so the context's batch and ubatch are one size and
     no input may be longer. A decode takes as many waiting inputs as fit, oldest first, each its own sequence of one
-    shared KV stream (the attention mask keeps them apart); the cells are cleared after it.
+    shared KV stream (the attention mask keeps them apart); the cells are cleared after it. `aligned`: each input
+    starts on a ROW_ALIGN row (its vector the same batched or alone); else they are packed tight.
     """
 
-    def __init__(self, pooled: Pooled) -> None:
+    def __init__(self, pooled: Pooled, aligned: bool = True) -> None:
         self.ctx = pooled.ctx
         self.memory = llama_cpp.llama_get_memory(self.ctx)  # none for encoder-only models: nothing to clear
         self.n_batch = pooled.n_batch
@@ -75,6 +81,7 @@ class Embedder:
         self.width = pooled.width
         self.normalize = pooled.normalize
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
+        self._start = _align_up if aligned else _tight  # the row the next input starts on, after `n` rows
 
     def plan(self, jobs: deque[EmbeddingJob]) -> list[Row]:
         """Under the loop's lock: the next decode's inputs, oldest first, while they fit the batch (aligned).
@@ -86,7 +93,7 @@ class Embedder:
         while jobs:
             job = jobs[0]
             while not job.cancelled and job.planned < len(job.inputs) and len(rows) < self.filler_seq:
-                end = _align_up(tokens) + len(job.inputs[job.planned])
+                end = self._start(tokens) + len(job.inputs[job.planned])
                 if end > self.n_batch:
                     return rows
                 rows.append((job, job.planned))
@@ -101,7 +108,8 @@ class Embedder:
         """One decode of the planned rows; each job whose last vector lands here is finished."""
         n = filler = 0
         for seq, (job, index) in enumerate(rows):
-            while n % ROW_ALIGN:
+            start = self._start(n)
+            while n < start:
                 self._put(n, FILLER_TOKEN, filler, self.filler_seq)
                 n, filler = n + 1, filler + 1
             for pos, token in enumerate(job.inputs[index]):
