@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Embeddings: llm-worker (exact mode, and fast mode) vs llama-server --embeddings, on the same GGUF and inputs.
 
-The two ways clients embed: an indexing job sends BATCHES requests of BATCH inputs each, back to back (one client);
+The two ways clients embed: an indexing job sends its inputs BATCH a request, back to back (one client);
 a search front end sends single-input requests from CLIENTS clients at once. Inputs are short texts of 5 to ~60
 tokens, each its own (a serial number leads), the same for every server. Reports inputs/s for each way, and the
-cosine between each server's vectors and llm-worker exact's for the same input (the same pooling, so ~1.0: they do
-the same work). llama-server pools a model that names no pooling only when told: `--embeddings --pooling mean`, the
-pooling the worker gives such a model. Exact mode puts each input of a decode on a 16-row boundary (its vector the
+least cosine between each server's vectors and llm-worker exact's for the same input (fast mode's is ~1.0: the same
+work, packed otherwise; llama-server's is lower, how it tokenizes or pools an input not broken down). llama-server
+pools a model that names no pooling only when told: `--embeddings --pooling mean`, the pooling the worker gives such
+a model. Exact mode puts each input of a decode on a 16-row boundary (its vector the
 same batched or alone); fast mode packs them tight (docs/api.md, "Embeddings"): the two side by side are what that
 promise costs. Rounds alternated (bench/rounds.py); figures are medians over the rounds.
 Run: .venv/bin/python bench/run.py embeddings [--rounds 3] [--publish]   (bench/EMBEDDINGS.md)

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 
 from bench.config import LLAMA_CPP_PY, LLAMA_SERVER, REPO_DIR, WORKER, BenchConfig
-from worker.engine.exactness.build_choice import SWITCH_ENV
+from worker.engine.host import SWITCH_ENV
 
 
 def free_port() -> int:
