@@ -56,8 +56,10 @@ def peer_patches(binary: Path) -> str:
 def peer_build_line(env: dict[str, Any]) -> str:
     """What a report says of the peer's build."""
     patches = env.get("llama_server_patches", "")
-    if patches in ("", "unknown"):
-        return "llama.cpp as upstream ships it, none of our patches" if patches == "" else "built elsewhere"
+    if patches == "":
+        return "llama.cpp as upstream ships it, none of our patches"
+    if patches == "unknown":
+        return "built elsewhere"
     return f"built from the same patched source (patch set {patches}), the batch-invariance switch off"
 
 

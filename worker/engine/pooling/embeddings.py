@@ -27,12 +27,8 @@ ROW_ALIGN = 16
 FILLER_TOKEN = 0  # any token of the vocab: the filler sequence's output is never read
 
 
-def _align_up(n: int) -> int:
-    return -(-n // ROW_ALIGN) * ROW_ALIGN
-
-
-def _tight(n: int) -> int:
-    return n
+def _align_up(n: int, align: int) -> int:
+    return -(-n // align) * align
 
 
 Outcome = list[Vector] | EmbeddingFailed
@@ -81,7 +77,7 @@ class Embedder:
         self.width = pooled.width
         self.normalize = pooled.normalize
         self._batch = llama_cpp.llama_batch_init(self.n_batch, 0, 1)
-        self._start = _align_up if aligned else _tight  # the row the next input starts on, after `n` rows
+        self._align = ROW_ALIGN if aligned else 1  # an input starts on a multiple of it
 
     def plan(self, jobs: deque[EmbeddingJob]) -> list[Row]:
         """Under the loop's lock: the next decode's inputs, oldest first, while they fit the batch (aligned).
@@ -93,7 +89,7 @@ class Embedder:
         while jobs:
             job = jobs[0]
             while not job.cancelled and job.planned < len(job.inputs) and len(rows) < self.filler_seq:
-                end = self._start(tokens) + len(job.inputs[job.planned])
+                end = _align_up(tokens, self._align) + len(job.inputs[job.planned])
                 if end > self.n_batch:
                     return rows
                 rows.append((job, job.planned))
@@ -108,8 +104,7 @@ class Embedder:
         """One decode of the planned rows; each job whose last vector lands here is finished."""
         n = filler = 0
         for seq, (job, index) in enumerate(rows):
-            start = self._start(n)
-            while n < start:
+            while n % self._align:
                 self._put(n, FILLER_TOKEN, filler, self.filler_seq)
                 n, filler = n + 1, filler + 1
             for pos, token in enumerate(job.inputs[index]):
