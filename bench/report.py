@@ -72,10 +72,19 @@ def ratio(a: float, b: float) -> float:
 
 
 def machine_line(cfg: BenchConfig, env: dict[str, Any]) -> str:
-    """A report's first bullet: the model, the machine, the day and how busy it was when the run began."""
+    """A report's first bullets: the model, the machine, the day and how busy it was when the run began; where the
+    run had a llama-server, what it was built from (a figure against a peer without our patches reads otherwise)."""
     model_mb = cfg.model.stat().st_size / MB
-    return (f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env.get('cpu', '')}, {env.get('cores')} cores; "
+    line = (f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env.get('cpu', '')}, {env.get('cores')} cores; "
             f"{env.get('date', '')}; load average {env.get('load_before', float('nan')):.1f} at the start")
+    if "llama_server_version" in env:
+        line += "\n" + peer_line(env)
+    return line
+
+
+def peer_line(env: dict[str, Any]) -> str:
+    """A report's bullet on its llama-server: the version and the build."""
+    return f"- llama-server: {env['llama_server_version']}; {peer_build_line(env)}"
 
 
 def pyplot() -> Any | None:

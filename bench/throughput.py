@@ -49,7 +49,6 @@ from bench.report import (
     environment,
     fmt,
     machine_line,
-    peer_build_line,
     publish,
     pyplot,
     ratio,
@@ -320,7 +319,6 @@ def markdown_report(cfg: BenchConfig, runs: list[ServerRun], env: dict[str, Any]
         "to back, and tok/s and req/s are that work over the level's wall time; latency covers every request",
         f"- drafts: {DRAFT_LINES[env.get('drafts', 'off')]}; {env.get('rounds', 1)} round(s), every server once a "
         "round, the order reversed every other round; figures are medians over the rounds",
-        f"- llama-server: {env.get('llama_server_version', 'n/a')}; {peer_build_line(env)}",
         "",
     ]
     header = ("| server | prompt | clients | " + " | ".join(m[1] for m in METRICS)

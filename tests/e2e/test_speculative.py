@@ -91,7 +91,11 @@ async def test_ngram_drafts_leave_greedy_text_unchanged(http, ngram_worker, with
     assert drafted == await without_drafts(http, prompts)
     after = await draft_counters(http, ngram_worker.url)
     assert after[0] > before[0] and after[1] > before[1], (before, after)  # drafts were made, and kept
-    assert after[1] - before[1] < after[0] - before[0]  # and some rejected: the rejecting path ran too
+    if not together:
+        # And some rejected: the rejecting path ran too. Four at once, a step drafts only where every sequence's
+        # draft pays at this machine's measured costs (draft_rule.py, plan_drafts), so how many are made and whether
+        # one is rejected is the machine's (a CI run drafted 8 tokens there, all kept); the text is held either way.
+        assert after[1] - before[1] < after[0] - before[0], (before, after)
 
 
 async def test_seeded_sampling_draws_the_same_text_with_drafts(http, base_url, ngram_worker):
