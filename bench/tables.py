@@ -32,8 +32,18 @@ RSS_LESS_MODEL = "peak_rss_less_model_mb"
 
 @dataclass(frozen=True)
 class Column:
-    text: str  # a format string over w, s, p and r; words where `server` is None
+    text: str  # a format string over w, s, p, r and `best`; words where it quotes no server
     server: str | None = None  # the run's name for the server quoted
+    # Or, instead, the one of these servers whose figure `by` was highest in the run, its name less "llama-server " as
+    # `best`: a peer's best configuration, whichever it was that run (a fixed one could quote its weaker).
+    best_of: tuple[str, ...] = ()
+    by: str = ""
+
+    def quoted(self, servers: dict[str, Any]) -> str | None:
+        """The server this column quotes in a run with these servers' figures."""
+        if self.best_of:
+            return max(self.best_of, key=lambda name: servers[name][self.by])
+        return self.server
 
 
 @dataclass(frozen=True)
@@ -119,7 +129,8 @@ ROWS = (
                 "{s[8 streams][ttft_p50_ms]:,.0f} ms", S), NONE), bench_link("GUIDELLM.md")),
     Row("decode with n-gram drafts, answers that copy the prompt, 1 stream", "speculative",
         (Column("{w[copying, 1 stream]:.1f} tok/s ({r[copying, 1 stream]:.2f}x without drafts)", "llm-worker ngram"),
-         Column("{s[copying, 1 stream]:.1f} tok/s (ngram-simple, its best)", "llama-server ngram-simple"), NONE),
+         Column("{s[copying, 1 stream]:.1f} tok/s ({best}, its best)",
+                best_of=("llama-server ngram-simple", "llama-server ngram-map-k"), by="copying, 1 stream"), NONE),
         bench_link("SPECULATIVE.md"), reference="llm-worker none"),
 )
 
@@ -148,12 +159,14 @@ def ratios(ours: Any, theirs: Any) -> Any:
 def render_row(row: Row) -> str:
     run = summary(row.run)
     servers = run["servers"]
-    figures = {name: servers[column.server] for name, column in zip("wsp", row.cells) if column.server}
+    quoted = {name: column.quoted(servers) for name, column in zip("wsp", row.cells)}
+    figures = {name: servers[server] for name, server in quoted.items() if server}
     reference = row.reference_server()
     if "w" in figures and reference:
         figures["r"] = ratios(figures["w"], servers[reference])
-    cells = [column.text.format(**figures) for column in row.cells]
-    if row.cells[1].server:
+    best = (quoted["s"] or "").removeprefix(f"{S} ")
+    cells = [column.text.format(**figures, best=best) for column in row.cells]
+    if quoted["s"]:
         cells[1] += peer_mark(run)
     parts = [row.label, *cells, row.link]
     return "|" + "|".join(f" {part} " if part else " " for part in parts) + "|"
