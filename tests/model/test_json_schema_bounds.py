@@ -10,8 +10,6 @@ from __future__ import annotations
 import ctypes
 import math
 import random
-from collections.abc import Iterator
-from pathlib import Path
 
 import llama_cpp
 import pytest
@@ -22,16 +20,6 @@ from llama_cpp.llama_grammar import SchemaConverter
 from worker.schema_grammar import MAX_INT_DIGITS, SchemaProblem, integer_range, schema_grammar
 
 DIGITS = "0123456789-"
-
-
-@pytest.fixture(scope="module")
-def vocab(model_path: Path) -> Iterator[llama_cpp.llama_vocab_p]:
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = llama_cpp.llama_model_load_from_file(str(model_path).encode(), params)
-    assert model
-    yield llama_cpp.llama_model_get_vocab(model)
-    llama_cpp.llama_model_free(model)
 
 
 class Matcher:

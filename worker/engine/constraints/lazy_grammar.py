@@ -63,8 +63,9 @@ class LazyGrammar:
     """
 
     def __init__(self, vocab: llama_cpp.llama_vocab_p, text: str, n_vocab: int, triggers: tuple[GrammarTrigger, ...],
-                 preserved: frozenset[int] = frozenset()) -> None:
+                 preserved: frozenset[int] = frozenset(), greedy_alone: bool = False) -> None:
         self._vocab, self._text, self._n_vocab = vocab, text, n_vocab
+        self._greedy_alone = greedy_alone  # the chain's, for the grammar once woken (GrammarSampler)
         self._watches = [_Watch(trigger) for trigger in triggers]
         self._preserved = preserved  # control tokens whose text the answer shows, as the engine writes it
         self._pieces: dict[int, bytes] = {}
@@ -113,7 +114,7 @@ class LazyGrammar:
     def _wake(self, start: int) -> None:
         """Build the grammar and replay the answer from byte `start` (the trigger's) into it."""
         self._watching = False
-        self.grammar = GrammarSampler(self._vocab, self._text, self._n_vocab)
+        self.grammar = GrammarSampler(self._vocab, self._text, self._n_vocab, self._greedy_alone)
         replay = self._replay(start)
         if replay is None or not self.grammar.take(replay):
             self._drop("it refuses what the answer wrote from the trigger on",
