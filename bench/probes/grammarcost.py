@@ -60,7 +60,8 @@ def generate(model: LlamaModel, prompt: list[int], grammar: str | None) -> dict[
     sampler = Sampler(SamplingParams(temperature=0.0, grammar=grammar), model.vocab, model.n_vocab, prompt)
     allows = masked = None
     if isinstance(sampler.grammar, GrammarSampler):
-        sampler.grammar._greedy_alone = os.environ.get("GREEDY_ALONE", "1") == "1"
+        if os.environ.get("GREEDY_ALONE", "1") != "1":
+            sampler.grammar._greedy = None
         allows = sampler.grammar._allows = Timed(sampler.grammar._allows)  # type: ignore[method-assign]
         masked = sampler.grammar._masked_draw = Timed(sampler.grammar._masked_draw)  # type: ignore[method-assign]
     sample = Timed(sampler.sample)

@@ -15,6 +15,7 @@ import llama_cpp
 import numpy as np
 
 from worker.engine.native import llama_log
+from worker.engine.native.greedy import Greedy, logits_row
 
 ROOT = b"root"
 # llama.cpp's parser writes why a grammar does not parse to stderr (not to its log), then the whole grammar.
@@ -74,18 +75,18 @@ class GrammarSampler:
     refused does the grammar mask the whole vocabulary and the chain draw again. Greedy still takes the most likely
     token the grammar allows.
 
-    `greedy_alone`: the chain is llama.cpp's greedy stage and nothing else, whose token is the first of the logits'
-    largest (the candidates in token order). Then no candidate buffer is filled for the first draw (the logits' argmax
-    is that token), and a refused one is followed by the next most likely tokens, in the greedy stage's order (logit,
-    then token id), checked a few at a time, then the TOP in one call: the first the grammar allows is the token
-    masking the whole vocabulary would give, at a fraction of its cost.
+    `greedy`: the chain is llama.cpp's greedy stage, alone or after a logit bias, whose token is the first of the
+    largest biased logits (native/greedy.py). Then no candidate buffer is filled for the first draw (the biased
+    logits' argmax is that token), and a refused one is followed by the next most likely tokens, in the greedy
+    stage's order (logit, then token id), checked a few at a time, then the TOP in one call: the first the grammar
+    allows is the token masking the whole vocabulary would give, at a fraction of its cost.
     """
 
-    def __init__(self, vocab: llama_cpp.llama_vocab_p, text: str, n_vocab: int, greedy_alone: bool = False) -> None:
+    def __init__(self, vocab: llama_cpp.llama_vocab_p, text: str, n_vocab: int, greedy: Greedy | None = None) -> None:
         # The API checked the text with grammar_problem before queueing the request.
         self.grammar = llama_cpp.llama_sampler_init_grammar(vocab, text.encode(), ROOT)
         self._n_vocab = n_vocab
-        self._greedy_alone = greedy_alone
+        self._greedy = greedy
         self._data = (llama_cpp.llama_token_data * n_vocab)()
         self._view = np.frombuffer(self._data, dtype=_TOKEN_DATA)
         self._ids = np.arange(n_vocab, dtype=np.int32)
@@ -94,7 +95,7 @@ class GrammarSampler:
         self._few = llama_cpp.llama_token_data_array(self._few_data, 1, -1, False)
 
     def _logits(self, ctx: llama_cpp.llama_context_p, row: int) -> np.ndarray:
-        return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, row), shape=(self._n_vocab,))
+        return logits_row(ctx, row, self._n_vocab)
 
     def _fill(self, ctx: llama_cpp.llama_context_p, row: int) -> None:
         """Every token with its raw logit, as llama_sampler_sample starts."""
@@ -131,7 +132,8 @@ class GrammarSampler:
         `constrained` False: the grammar neither restricts nor sees this token (a thinking model's reasoning)."""
         if not constrained:
             return llama_cpp.llama_sampler_sample(chain, ctx, row)
-        token = self._best_allowed(chain, ctx, row) if self._greedy_alone else self._drawn(chain, ctx, row)
+        greedy = self._greedy
+        token = self._drawn(chain, ctx, row) if greedy is None else self._best_allowed(greedy, chain, ctx, row)
         if token is None:
             return None
         llama_cpp.llama_sampler_accept(self.grammar, token)
@@ -145,9 +147,11 @@ class GrammarSampler:
         token = self._all.data[self._all.selected].id
         return token if self._allows(token) else self._masked_draw(chain, ctx, row)
 
-    def _best_allowed(self, chain: llama_cpp.llama_sampler_p, ctx: llama_cpp.llama_context_p, row: int) -> int | None:
-        """A greedy chain's token under the grammar: the most likely tokens first, the whole vocabulary masked last."""
-        logits = self._logits(ctx, row)
+    def _best_allowed(self, greedy: Greedy, chain: llama_cpp.llama_sampler_p, ctx: llama_cpp.llama_context_p,
+                      row: int) -> int | None:
+        """A greedy chain's token under the grammar: the most likely tokens first, the whole vocabulary masked last
+        (as it is wherever the ranking reaches a token a bias banned: what the mask then gives is the chain's)."""
+        logits = greedy.biased(self._logits(ctx, row))
         token = int(np.argmax(logits))  # the first of the largest, as the greedy stage picks
         if self._allows(token):
             return token
@@ -158,15 +162,21 @@ class GrammarSampler:
             for _ in range(RANKED):
                 ranked.append(token := int(np.argmax(left)))
                 left[token] = -np.inf
+            if logits[ranked[-1]] == -np.inf:
+                break
             if (allowed := self._first_allowed(ranked)) is not None:
                 return allowed
-        allowed = self._first_allowed_of_top(logits, min(TOP, self._n_vocab))
-        return allowed if allowed is not None else self._masked_draw(chain, ctx, row)
+        else:
+            if (allowed := self._first_allowed_of_top(logits, min(TOP, self._n_vocab))) is not None:
+                return allowed
+        return self._masked_draw(chain, ctx, row)
 
     def _first_allowed_of_top(self, logits: np.ndarray, count: int) -> int | None:
         """The first token the grammar allows of the `count` most likely (and those tied with the last of them), in
         the greedy stage's order: by logit, ties by id. One grammar call over them all, in the candidate buffer."""
         threshold = np.partition(logits, -count)[-count]
+        if threshold == -np.inf:
+            return None
         ids = np.flatnonzero(logits >= threshold)
         ranked = ids[np.argsort(-logits[ids], kind="stable")]  # stable: tied ones stay in id order
         view = self._view[:len(ranked)]

@@ -13,6 +13,7 @@ import llama_cpp
 import structlog
 
 from worker.engine.constraints.grammar import GrammarSampler
+from worker.engine.native.greedy import Greedy
 from worker.engine.requests import GrammarTrigger
 
 log = structlog.get_logger(__name__)
@@ -63,9 +64,9 @@ class LazyGrammar:
     """
 
     def __init__(self, vocab: llama_cpp.llama_vocab_p, text: str, n_vocab: int, triggers: tuple[GrammarTrigger, ...],
-                 preserved: frozenset[int] = frozenset(), greedy_alone: bool = False) -> None:
+                 preserved: frozenset[int] = frozenset(), greedy: Greedy | None = None) -> None:
         self._vocab, self._text, self._n_vocab = vocab, text, n_vocab
-        self._greedy_alone = greedy_alone  # the chain's, for the grammar once woken (GrammarSampler)
+        self._greedy = greedy  # the chain's, for the grammar once woken (GrammarSampler)
         self._watches = [_Watch(trigger) for trigger in triggers]
         self._preserved = preserved  # control tokens whose text the answer shows, as the engine writes it
         self._pieces: dict[int, bytes] = {}
@@ -114,7 +115,7 @@ class LazyGrammar:
     def _wake(self, start: int) -> None:
         """Build the grammar and replay the answer from byte `start` (the trigger's) into it."""
         self._watching = False
-        self.grammar = GrammarSampler(self._vocab, self._text, self._n_vocab, self._greedy_alone)
+        self.grammar = GrammarSampler(self._vocab, self._text, self._n_vocab, self._greedy)
         replay = self._replay(start)
         if replay is None or not self.grammar.take(replay):
             self._drop("it refuses what the answer wrote from the trigger on",

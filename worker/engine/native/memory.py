@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import ctypes
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 
 import llama_cpp
 
+from worker.engine.native.gil_kept import gil_kept
 from worker.worker_error import WorkerError
 
 
@@ -76,16 +75,5 @@ def probe(kind: MemoryKind, ctx: llama_cpp.llama_context_p, token: int) -> None:
 
 
 def last_position(memory: llama_cpp.llama_memory_t, slot: int) -> int:
-    """llama_memory_seq_pos_max, keeping the GIL: the slot's last position held (-1: none). A ctypes call through
-    llama_cpp lets the GIL go, and the event loop's thread, woken by the step's hand-off (engine/handoff.py), takes it
-    there and keeps the engine thread waiting for its writes before the next llama_decode (47 us a step on one
-    stream: bench/probes/steptime.py); a lookup of a few ns has no reason to let it go."""
-    return _seq_pos_max()(memory, slot)
-
-
-@cache
-def _seq_pos_max() -> Callable[[llama_cpp.llama_memory_t, int], int]:
-    library = llama_cpp.llama_cpp._lib  # the library llama_cpp loaded: the same handle, its calls keeping the GIL
-    function = ctypes.PyDLL(library._name, handle=library._handle).llama_memory_seq_pos_max
-    function.argtypes, function.restype = (ctypes.c_void_p, ctypes.c_int32), ctypes.c_int32
-    return function
+    """llama_memory_seq_pos_max, keeping the GIL (native/gil_kept.py): the slot's last position held (-1: none)."""
+    return int(gil_kept("llama_memory_seq_pos_max", (ctypes.c_void_p, ctypes.c_int32), ctypes.c_int32)(memory, slot))

@@ -11,6 +11,7 @@ import structlog
 
 from worker.engine.constraints.grammar import GrammarSampler
 from worker.engine.constraints.lazy_grammar import LazyGrammar
+from worker.engine.native.greedy import Greedy
 from worker.engine.output.seeded_draw import SeededDraw, native_seed, random_seed
 from worker.engine.output.stages import MIROSTATS, REPEAT_STAGES, STAGES, StageContext, lookback
 from worker.engine.requests import SamplingParams
@@ -23,7 +24,7 @@ class Chain:
     native: llama_cpp.llama_sampler_p  # frees its stages, the draw's native side included
     lookback: int  # the prompt's last tokens its stages must see before the first sample (penalties, DRY)
     draw: SeededDraw | None  # held here: its Python callback must live as long as the native chain that calls it
-    greedy_alone: bool  # llama.cpp's greedy stage and nothing else: the token is the first of the largest logits
+    greedy: Greedy | None  # the chain as greedy over biased logits, where it is just that (a grammar ranks by it)
 
 
 def build_chain(params: SamplingParams, vocab: llama_cpp.llama_vocab_p | None, n_vocab: int, seed: int) -> Chain:
@@ -63,8 +64,8 @@ def build_chain(params: SamplingParams, vocab: llama_cpp.llama_vocab_p | None, n
             add(stage)
             built.append(name)
     add(last)
-    greedy_alone = params.temperature <= 0 and not params.logit_bias and not built
-    return Chain(chain, lookback(params, tuple(built)), draw, greedy_alone)
+    greedy = Greedy.with_bias(params.logit_bias) if params.temperature <= 0 and not built else None
+    return Chain(chain, lookback(params, tuple(built)), draw, greedy)
 
 
 class Sampler:
@@ -80,7 +81,7 @@ class Sampler:
         if self._chain.lookback:  # penalties and DRY look back over the prompt too, as llama-server's do
             for token in prompt[-self._chain.lookback:]:
                 llama_cpp.llama_sampler_accept(self.chain, token)
-        self.grammar = _grammar(params, vocab, n_vocab, preserved, self._chain.greedy_alone)
+        self.grammar = _grammar(params, vocab, n_vocab, preserved, self._chain.greedy)
         # The grammar describes the whole output, reasoning included, from the template's opening of the answer:
         # it first takes that opening, as llama.cpp's chat layer means it.
         self._whole = params.grammar_prefill is not None and isinstance(self.grammar, GrammarSampler)
@@ -126,9 +127,9 @@ class Sampler:
 
 
 def _grammar(params: SamplingParams, vocab: llama_cpp.llama_vocab_p, n_vocab: int, preserved: frozenset[int],
-             greedy_alone: bool) -> GrammarSampler | LazyGrammar | None:
+             greedy: Greedy | None) -> GrammarSampler | LazyGrammar | None:
     if not params.grammar:
         return None
     if not params.grammar_triggers:
-        return GrammarSampler(vocab, params.grammar, n_vocab, greedy_alone)
-    return LazyGrammar(vocab, params.grammar, n_vocab, params.grammar_triggers, preserved, greedy_alone)
+        return GrammarSampler(vocab, params.grammar, n_vocab, greedy)
+    return LazyGrammar(vocab, params.grammar, n_vocab, params.grammar_triggers, preserved, greedy)
