@@ -31,10 +31,12 @@ def token_of(vocab: llama_cpp.llama_vocab_p, text: str) -> int:
 
 
 def step_logits(rng: np.random.Generator, n_vocab: int, digits: list[int], case: str) -> np.ndarray:
-    """Logits on six levels, so that ties are many, with the digits placed as `case` says."""
+    """Logits on six levels, so that ties are many, every digit low, and digits but the first (which the biased case
+    bans) placed as `case` says."""
     logits = rng.integers(0, 6, n_vocab).astype(np.float32)
     logits[digits] = -1.0
     refused = rng.choice(np.setdiff1d(np.arange(n_vocab), digits), 2 * PAST_RANKED, replace=False)
+    digits = digits[1:]
     if case == "first":  # a digit is the top token
         logits[rng.choice(digits)] = 10.0
     elif case == "ranked":  # three refused tokens first, then two digits tied with a refused one
@@ -72,7 +74,7 @@ def test_a_greedy_chain_under_a_grammar_takes_the_token_masking_everything_gives
     bias = {digits[0]: -math.inf, token_of(vocab, "a"): 3.0} if biased else {}
     rng = np.random.default_rng(7)
     for step in range(STEPS):
-        logits = step_logits(rng, n_vocab, digits[1:], case)
+        logits = step_logits(rng, n_vocab, digits, case)
         tokens = []
         for ranking in True, False:  # the ranked way, and llama.cpp's: fill, draw, mask, draw again
             chain = build_chain(SamplingParams(temperature=0.0, logit_bias=bias), vocab, n_vocab, seed=1)
