@@ -5,7 +5,8 @@ The two ways clients embed: an indexing job sends its inputs BATCH a request, ba
 a search front end sends single-input requests from CLIENTS clients at once. Inputs are short texts of 5 to ~60
 tokens, each its own (a serial number leads), the same for every server. Reports inputs/s for each way, and the
 least cosine between each server's vectors and llm-worker exact's for the same input (fast mode's is ~1.0: the same
-work, packed otherwise; llama-server's is lower, how it tokenizes or pools an input not broken down). llama-server
+work, packed otherwise; llama-server's is lower: with several slots it pools wrong vectors for inputs that share a
+call, upstream's #26282, bench/probes/RESULTS.md). llama-server
 pools a model that names no pooling only when told: `--embeddings --pooling mean`, the pooling the worker gives such
 a model. Exact mode puts each input of a decode on a 16-row boundary (its vector the
 same batched or alone); fast mode packs them tight (docs/api.md, "Embeddings"): the two side by side are what that

@@ -78,13 +78,8 @@ def machine_line(cfg: BenchConfig, env: dict[str, Any]) -> str:
     line = (f"- model: `{cfg.model.name}` ({model_mb:.0f} MB); {env.get('cpu', '')}, {env.get('cores')} cores; "
             f"{env.get('date', '')}; load average {env.get('load_before', float('nan')):.1f} at the start")
     if "llama_server_version" in env:
-        line += "\n" + peer_line(env)
+        line += f"\n- llama-server: {env['llama_server_version']}; {peer_build_line(env)}"
     return line
-
-
-def peer_line(env: dict[str, Any]) -> str:
-    """A report's bullet on its llama-server: the version and the build."""
-    return f"- llama-server: {env['llama_server_version']}; {peer_build_line(env)}"
 
 
 def pyplot() -> Any | None:

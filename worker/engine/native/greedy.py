@@ -41,6 +41,3 @@ class Greedy:
         biased = logits.copy()
         biased[self.tokens] += self.biases  # a request's biases name each token once
         return biased
-
-    def token(self, logits: np.ndarray) -> int:
-        return int(np.argmax(self.biased(logits)))
