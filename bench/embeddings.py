@@ -6,9 +6,9 @@ a search front end sends single-input requests from CLIENTS clients at once. Inp
 tokens, each its own (a serial number leads), the same for every server. Reports inputs/s for each way, and the
 least cosine between each server's vectors and llm-worker exact's for the same input (fast mode's is ~1.0: the same
 work, packed otherwise; llama-server's is lower: with several slots it pools wrong vectors for inputs that share a
-call, upstream's #26282, bench/probes/RESULTS.md). llama-server
-pools a model that names no pooling only when told: `--embeddings --pooling mean`, the pooling the worker gives such
-a model. Exact mode puts each input of a decode on a 16-row boundary (its vector the
+call, upstream's #26282, bench/probes/RESULTS.md), so it also runs with one slot, where its vectors are right: the
+worker's ratios are to both. llama-server pools a model that names no pooling only when told: `--embeddings --pooling
+mean`, the pooling the worker gives such a model. Exact mode puts each input of a decode on a 16-row boundary (its vector the
 same batched or alone); fast mode packs them tight (docs/api.md, "Embeddings"): the two side by side are what that
 promise costs. Rounds alternated (bench/rounds.py); figures are medians over the rounds.
 Run: .venv/bin/python bench/run.py embeddings [--rounds 3] [--publish]   (bench/EMBEDDINGS.md)
@@ -32,7 +32,12 @@ from bench.rounds import alternated, each_ratio, medians, round_ratios
 from bench.servers import running_server
 
 EXACT, FAST = "llm-worker exact", "llm-worker fast"
-VARIANTS = {EXACT: (WORKER, ()), FAST: (WORKER, ("--prefix-cache", "fast")), LLAMA_SERVER: (LLAMA_SERVER, ())}
+ONE_SLOT = "llama-server, one slot"
+PEERS = (LLAMA_SERVER, ONE_SLOT)
+# label: (server, llm-worker flags, slots where not --parallel's)
+VARIANTS = {EXACT: (WORKER, (), None), FAST: (WORKER, ("--prefix-cache", "fast"), None),
+            LLAMA_SERVER: (LLAMA_SERVER, (), None), ONE_SLOT: (LLAMA_SERVER, (), 1)}
+KEYS = ("batched_inputs_s", "single_inputs_s")
 WORDS = ("harbour", "pilot", "tide", "cargo", "lantern", "ledger", "crew", "berth", "anchor", "quay", "storm", "rope")
 Vectors = dict[int, list[float]]
 
@@ -94,17 +99,18 @@ def main(argv: list[str] | None = None) -> int:
     by_round: dict[tuple[str, int], dict[str, float]] = {}
     vectors: dict[str, Vectors] = {}
     for n, label in alternated(list(VARIANTS), args.rounds):
-        server, flags = VARIANTS[label]
-        variant = replace(cfg, worker_args=("--embeddings", *flags))
+        server, flags, slots = VARIANTS[label]
+        variant = replace(cfg, worker_args=("--embeddings", *flags), parallel=slots or cfg.parallel)
         with running_server(server, variant) as (url, _proc, _sampler, _startup_s, _argv):
             by_round[label, n], vectors[label] = asyncio.run(workload(url, inputs, args))
     results = {label: medians([by_round[label, n] for n in range(args.rounds)]) for label in VARIANTS}
-    keys = ("batched_inputs_s", "single_inputs_s")
-    pairs = {label: {key: [(by_round[label, n][key], by_round[LLAMA_SERVER, n][key]) for n in range(args.rounds)]
-                     for key in keys} for label in (EXACT, FAST)}
+    # each peer: each worker mode: each figure's (ours, theirs) a round
+    pairs = {peer: {label: {key: [(by_round[label, n][key], by_round[peer, n][key]) for n in range(args.rounds)]
+                            for key in KEYS} for label in (EXACT, FAST)} for peer in PEERS}
     lines = ["# llm-worker embeddings benchmark", "", machine_line(cfg, env),
-             f"- every server: {cfg.parallel} slots, {cfg.ctx_size} tokens of context, {cfg.threads} threads, its "
-             f"default batch sizes; llama-server with `--embeddings --pooling mean`; {args.inputs} distinct inputs "
+             f"- every server: {cfg.parallel} slots (but `{ONE_SLOT}`), {cfg.ctx_size} tokens of context, "
+             f"{cfg.threads} threads, its default batch sizes; llama-server with `--embeddings --pooling mean`; "
+             f"{args.inputs} distinct inputs "
              f"of 5 to ~60 tokens, batched ({args.batch} a request, one client) and single ({args.clients} clients, "
              "one a request), after a warm-up request",
              f"- {args.rounds} rounds, every server started once a round, the order reversed every other round; "
@@ -112,12 +118,16 @@ def main(argv: list[str] | None = None) -> int:
              "| server | batched inputs/s | single inputs/s | least cosine to exact's vectors |", "|---|---|---|---|"]
     lines += [f"| {label} | {row['batched_inputs_s']:.1f} | {row['single_inputs_s']:.1f} | "
               f"{min_cosine(vectors[label], vectors[EXACT]):.6f} |" for label, row in results.items()]
-    lines += ["", "each round's ratio to llama-server, their median and range (higher is faster):"]
-    lines += [f"- {label}: batched {round_ratios(pairs[label]['batched_inputs_s'])}, single "
-              f"{round_ratios(pairs[label]['single_inputs_s'])}" for label in (EXACT, FAST)]
+    for peer in PEERS:
+        lines += ["", f"each round's ratio to {peer}, their median and range (higher is faster):"]
+        lines += [f"- {label}: batched {round_ratios(pairs[peer][label]['batched_inputs_s'])}, single "
+                  f"{round_ratios(pairs[peer][label]['single_inputs_s'])}" for label in (EXACT, FAST)]
     if args.publish:
-        figures = {label: {key: round(value, 1) for key, value in row.items()} for label, row in results.items()}
-        ratios = {label: {key: each_ratio(each) for key, each in by_key.items()} for label, by_key in pairs.items()}
+        figures = {label: {**{key: round(value, 1) for key, value in row.items()},
+                           "least_cosine": round(min_cosine(vectors[label], vectors[EXACT]), 6)}
+                   for label, row in results.items()}
+        ratios = {peer: {label: {key: each_ratio(each) for key, each in by_key.items()}
+                         for label, by_key in by_label.items()} for peer, by_label in pairs.items()}
         write_summary("embeddings", env, figures, ratios)
     write_report("\n".join(lines) + "\n", args.out, "embeddings.md", "EMBEDDINGS.md" if args.publish else None)
     return 0

@@ -8,14 +8,18 @@ llama-server's unless the row names another of the run's servers); a column with
 always the quoted figures' ratio, one definition for every table. `--write` puts each table between its markers;
 tests/unit/test_published_figures.py fails while a page holds another. A llama-server figure from a run whose peer
 was built without our patches (every run before bench/build_llama_server.sh built it from the patched source) is
-marked UNPATCHED; the pages' captions say what the mark means.
-Run: .venv/bin/python bench/tables.py [--write]
+marked UNPATCHED, and the README's table then says what the mark means. Each README row gives its run's date and
+commit, and the table's note the machines; `--stale` lists the runs whose commit's measured code (MEASURED_CODE)
+differs from HEAD's, and the files, so that a reader with a clone sees which rows measured other code than the checkout's.
+Run: .venv/bin/python bench/tables.py [--write | --stale]
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +30,9 @@ SUMMARIES = REPO / "bench" / "results" / "summaries"
 END = "<!-- /table -->"
 HEADER = "| | llm-worker | llama-server | llama_cpp.server | from |\n|---|---|---|---|---|"
 UNPATCHED = " †"
+UNPATCHED_NOTE = "† llama-server built without our patches: its Q4_1 figures also measure patch 0006."
+# What a run measured besides the bench: the worker, the patch series, the llama.cpp pin and how it is built.
+MEASURED_CODE = ("worker", "patches", "pyproject.toml", "scripts/build-llama-cpp")
 # A run's peak RSS less its model file: what a server holds beside the weights.
 RSS_LESS_MODEL = "peak_rss_less_model_mb"
 
@@ -168,13 +175,31 @@ def render_row(row: Row) -> str:
     cells = [column.text.format(**figures, best=best) for column in row.cells]
     if quoted["s"]:
         cells[1] += peer_mark(run)
-    parts = [row.label, *cells, row.link]
+    parts = [row.label, *cells, f"{row.link} {run['date']} `{run['commit'][:7]}`"]
     return "|" + "|".join(f" {part} " if part else " " for part in parts) + "|"
 
 
+def machines_note(names: list[str]) -> str:
+    """Which machine ran which rows' runs: the most common one, then each other with its runs."""
+    machine = {name: summary(name)["machine"].replace("(R)", "") for name in dict.fromkeys(names)}
+    (usual, _), *others = Counter(machine.values()).most_common()
+    exceptions = "; ".join(f"{other}: {', '.join(name for name in machine if machine[name] == other)}"
+                           for other, _ in others)
+    return f"Runs on an {usual}" + (f", but {exceptions}." if exceptions else ".")
+
+
 def readme() -> str:
-    """The README's comparison table."""
-    return "\n".join([HEADER, *(render_row(row) for row in ROWS)])
+    """The README's comparison table, then its note: the machines, and the mark's meaning where a row carries it."""
+    rows = [render_row(row) for row in ROWS]
+    marked = any(UNPATCHED in row for row in rows)
+    note = " ".join([machines_note([row.run for row in ROWS]), *([UNPATCHED_NOTE] if marked else [])])
+    return "\n".join([HEADER, *rows, "", note])
+
+
+def changed_since(commit: str) -> list[str]:
+    """The files of MEASURED_CODE that differ between `commit` and HEAD."""
+    return subprocess.run(["git", "diff", "--name-only", commit, "HEAD", "--", *MEASURED_CODE], cwd=REPO, check=True,
+                          capture_output=True, text=True).stdout.split()
 
 
 # docs/benchmarks.md's "Exact mode's first token": a column per weight type (its run), a row per prompt length, each
@@ -318,6 +343,12 @@ TABLES = (Published(REPO / "README.md", readme), Published(BENCHMARKS, first_tok
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--stale"]:
+        for name in dict.fromkeys(row.run for row in ROWS):
+            commit = summary(name)["commit"]
+            if changed := changed_since(commit):
+                print(f"{name}: measured at {commit}; {len(changed)} files differ since: {' '.join(changed)}")
+        return
     for table in TABLES:
         if sys.argv[1:] == ["--write"]:
             table.write()

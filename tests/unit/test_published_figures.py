@@ -10,8 +10,11 @@ import itertools
 import json
 import re
 import statistics
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
+
+import pytest
 
 from bench import tables
 
@@ -68,14 +71,46 @@ def test_every_readme_figure_row_has_a_run_that_measured_its_servers():
 
 def test_a_peer_built_without_our_patches_is_marked_where_its_figures_are_quoted():
     """A llama-server figure from a run whose peer was built without our patches (its summary names no patch set)
-    carries the mark, one from a peer built like the worker does not, and the README says what the mark means."""
+    carries the mark, one from a peer built like the worker does not, and the README says what the mark means
+    where a row carries it."""
     readme = (REPO / "README.md").read_text()
-    assert f"{tables.UNPATCHED.strip()} without" in readme, "the README's caption does not say what the mark means"
     rows = {line.split("|")[1].strip(): line.split("|")[3] for line in readme.splitlines() if line.startswith("| ")}
+    marked = False
     for row in tables.ROWS:
         if row.cells[1].quoted(summary(row.run)["servers"]):
             unpatched = not summary(row.run).get("llama_server_patches")
             assert rows[row.label].rstrip().endswith(tables.UNPATCHED) == unpatched, row.label
+            marked |= unpatched
+    assert (tables.UNPATCHED_NOTE in readme) == marked, "the README's note on the mark does not match its rows"
+
+
+def test_every_readme_row_names_its_runs_date_and_commit():
+    """A reader can tell which code a row measured (docs/benchmarks.md, "The rules"): its run's date and commit are in
+    its last cell, and that commit is one of this repository's (`bench/tables.py --stale` diffs it against HEAD)."""
+    readme = (REPO / "README.md").read_text()
+    rows = {line.split("|")[1].strip(): line.split("|")[-2] for line in readme.splitlines() if line.startswith("| ")}
+    for row in tables.ROWS:
+        run = summary(row.run)
+        assert rows[row.label].strip().endswith(f"{run['date']} `{run['commit'][:7]}`"), row.label
+        known = subprocess.run(["git", "cat-file", "-e", f"{run['commit']}^{{commit}}"], cwd=REPO)
+        assert known.returncode == 0 or _shallow(), f"{row.run}'s commit {run['commit']} is not in this repository"
+
+
+def test_stale_names_the_measured_files_changed_since_a_run():
+    """`--stale`'s diff: the files of the measured code a later commit changed, and none for HEAD itself."""
+    if _shallow():
+        pytest.skip("a shallow clone holds no earlier commit to diff against")
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    assert tables.changed_since(head) == []
+    last_worker_change = subprocess.run(["git", "log", "-1", "--format=%H", "--", "worker"], cwd=REPO,
+                                        capture_output=True, text=True).stdout.strip()
+    changed = tables.changed_since(f"{last_worker_change}~1")
+    assert changed and all(path.startswith(tables.MEASURED_CODE) for path in changed), changed
+
+
+def _shallow() -> bool:
+    return subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=REPO, capture_output=True,
+                          text=True).stdout.strip() == "true"
 
 
 def test_the_readme_says_how_many_texts_drafts_left_unchanged():
