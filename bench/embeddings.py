@@ -8,9 +8,9 @@ least cosine between each server's vectors and llm-worker exact's for the same i
 work, packed otherwise; llama-server's is lower: with several slots it pools wrong vectors for inputs that share a
 call, upstream's #26282, bench/probes/RESULTS.md), so it also runs with one slot, where its vectors are right: the
 worker's ratios are to both. llama-server pools a model that names no pooling only when told: `--embeddings --pooling
-mean`, the pooling the worker gives such a model. Exact mode puts each input of a decode on a 16-row boundary (its vector the
-same batched or alone); fast mode packs them tight (docs/api.md, "Embeddings"): the two side by side are what that
-promise costs. Rounds alternated (bench/rounds.py); figures are medians over the rounds.
+mean`, the pooling the worker gives such a model. Exact mode puts each input of a decode on a 16-row boundary (its
+vector the same batched or alone); fast mode packs them tight (docs/api.md, "Embeddings"): the two side by side are
+what that promise costs. Rounds alternated (bench/rounds.py); figures are medians over the rounds.
 Run: .venv/bin/python bench/run.py embeddings [--rounds 3] [--publish]   (bench/EMBEDDINGS.md)
 """
 

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""Memory flags on the test model: idle and peak RSS and single-stream decode tok/s for each cache type, flash
-setting and micro-batch, and llama-server's (its defaults: f16 cells, flash attention auto, -ub 512) for scale.
+"""Memory flags on the test model: idle and peak RSS and single-stream decode tok/s for each KV cell type and flash
+attention setting in exact and fast mode, and llama-server's (its defaults: f16 cells, flash attention auto, -ub
+512) for scale.
 
 Each configuration runs its own server alone, serves one greedy 256-token completion after a 1,500-token
 prompt (EOS banned), and reports the worker's RSS once idle (before the request) and at its peak, each less the
-model file and the KV cache it allocated, and decode tok/s. Run: .venv/bin/python bench/run.py kvflags
-[--llama-server PATH]   (the table on stdout; docs/cache-and-exactness.md, "KV cache types and flash attention")
+model file and the KV cache it allocated, and decode tok/s (one request: noisy). One run, not alternated rounds: a
+memory table, llama-server beside it for scale. Run: .venv/bin/python bench/run.py kvflags [--llama-server PATH]
+[--publish]   (bench/KVFLAGS.md; docs/cache-and-exactness.md, "KV cache types and flash attention")
 """
 
 from __future__ import annotations
@@ -21,17 +23,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.client import RequestResult, new_session, request_body, stream_completion
 from bench.config import BENCH_DIR, LLAMA_SERVER, MB, WORKER, BenchConfig, find_llama_server, find_model
 from bench.prompts import PromptFactory
+from bench.report import environment, machine_line, write_report
 from bench.servers import process_tree_rss, running_server
 
-# (server, K type, V type, flash attention, prefix-cache mode, --ubatch-size): a quantized V cache needs flash
-# attention, which exact turns off. 512 was the cpu default before 256. llama-server runs with its defaults.
+# (server, K type, V type, flash attention, prefix-cache mode, --ubatch-size): each mode's default cells (f16) and
+# attention, then the quantized cells (which need flash attention), and exact mode without flash attention.
+# llama-server runs with its defaults.
 CONFIGS = [
-    (WORKER, "f16", "f16", "off", "exact", 512),
+    (WORKER, "f16", "f16", "auto", "exact", 256),
+    (WORKER, "q8_0", "q8_0", "auto", "exact", 256),
+    (WORKER, "q4_0", "q4_0", "auto", "exact", 256),
     (WORKER, "f16", "f16", "off", "exact", 256),
-    (WORKER, "f16", "f16", "on", "fast", 256),
-    (WORKER, "q8_0", "f16", "off", "exact", 256),
+    (WORKER, "f16", "f16", "auto", "fast", 256),
     (WORKER, "q8_0", "q8_0", "on", "fast", 256),
-    (WORKER, "q4_0", "q4_0", "on", "fast", 256),
     (LLAMA_SERVER, "f16", "f16", "auto", "its own", 512),
 ]
 IDLE_S = 1.0  # past the engine's idle settle (0.25 s)
@@ -42,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--llama-server")
     p.add_argument("--out", type=Path, default=BENCH_DIR / "results", help="where the servers' logs go")
+    p.add_argument("--publish", action="store_true", help="write bench/KVFLAGS.md too")
     args = p.parse_args(argv)
     model = find_model(None)
     prompts = PromptFactory(model)
@@ -51,9 +56,15 @@ def main(argv: list[str] | None = None) -> int:
                        llama_server_bin=find_llama_server(args.llama_server), out_dir=args.out, publish=False)
     f16_kv = prompts.kv_cache_bytes(base.ctx_size)  # f16 K and V: 2 bytes a value each
     model_mb = model.stat().st_size / MB
-    print("| server | K | V | flash attention | prefix cache | -ub | peak RSS MB | idle RSS - model - KV MB "
-          "| peak RSS - model - KV MB | decode tok/s |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    env = environment(base)
+    lines = ["# KV cell types and flash attention: memory and one stream's decode", "", machine_line(base, env),
+             f"- commit {env['commit']}; each configuration its own server, alone: {base.parallel} slots, "
+             f"{base.ctx_size} tokens of context, "
+             f"{base.threads} threads; one greedy 256-token completion after a 1,500-token prompt; one run", "",
+             "MB are MiB; \"idle\" is RSS once the server has loaded and warmed up, \"peak\" the highest sampled while "
+             "the request ran, both less the model file and the KV cells allocated.", "",
+             "| server | K | V | flash attention | prefix cache | -ub | peak RSS MB | idle RSS - model - KV MB "
+             "| peak RSS - model - KV MB | decode tok/s |", "|---|---|---|---|---|---|---|---|---|---|"]
     for server, k, v, flash, mode, ubatch in CONFIGS:
         cfg = dataclasses.replace(base, worker_args=("--cache-type-k", k, "--cache-type-v", v, "--flash-attn", flash,
                                                      "--prefix-cache", mode, "--ubatch-size", str(ubatch)))
@@ -71,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
             peak = sampler.peak()
         row = f"| {server} | {k} | {v} | {flash} | {mode} | {ubatch} |"
         if result.error:
-            print(f"{row} error: {result.error} ||||")
+            lines.append(f"{row} error: {result.error} ||||")
             continue
         fixed_mb = model_mb + f16_kv * (BYTES_PER_CELL[k] + BYTES_PER_CELL[v]) / 4 / MB
         times = result.chunk_times
         tps = (result.tokens - 1) / (times[-1] - times[0])
-        print(f"{row} {peak / MB:.0f} | {idle / MB - fixed_mb:.0f} | {peak / MB - fixed_mb:.0f} | {tps:.1f} |")
+        lines.append(f"{row} {peak / MB:.0f} | {idle / MB - fixed_mb:.0f} | {peak / MB - fixed_mb:.0f} | {tps:.1f} |")
+    write_report("\n".join(lines) + "\n", args.out, "kvflags.md", "KVFLAGS.md" if args.publish else None)
     return 0
 
 

@@ -10,7 +10,7 @@ tests/unit/test_published_figures.py fails while a page holds another. A llama-s
 was built without our patches (every run before bench/build_llama_server.sh built it from the patched source) is
 marked UNPATCHED, and the README's table then says what the mark means. Each README row gives its run's date and
 commit, and the table's note the machines; `--stale` lists the runs whose commit's measured code (MEASURED_CODE)
-differs from HEAD's, and the files, so that a reader with a clone sees which rows measured other code than the checkout's.
+differs from HEAD's, and the files: a reader with a clone sees which rows measured other code than the checkout's.
 Run: .venv/bin/python bench/tables.py [--write | --stale]
 """
 
@@ -296,20 +296,24 @@ def guidellm() -> str:
     return "\n".join(lines)
 
 
-# docs/benchmarks.md's "Embeddings": each server's inputs/s both ways, llm-worker's modes against llama-server.
+# docs/benchmarks.md's "Embeddings": each server's inputs/s both ways and its vectors' least cosine to exact mode's,
+# and llm-worker's modes against each llama-server configuration (4 slots, whose vectors upstream's #26282 spoils
+# where inputs of several slots share a call, and one slot).
 EMBEDDING_FIGURES = {"batched": "batched_inputs_s", "single": "single_inputs_s"}
 
 
 def embeddings() -> str:
     run = summary("embeddings")
-    servers = run["servers"]
-    lines = ["| server | batched inputs/s | single inputs/s | batched, each round's ratio to llama-server | "
-             "single, each round's ratio |", "|---|---|---|---|---|"]
+    servers, by_peer = run["servers"], run["round_ratios"]
+    lines = ["| server | batched inputs/s | single inputs/s | least cosine to exact's vectors | " +
+             " | ".join(f"each round's ratio to {peer}, batched; single" for peer in by_peer) + " |",
+             "|---" * (4 + len(by_peer)) + "|"]
     for label, figures in servers.items():
-        peer = label == S
-        cells = [f"{figures[name]:.1f}{peer_mark(run) if peer else ''}" for name in EMBEDDING_FIGURES.values()]
-        cells += ["" if peer else ", ".join(f"{r:.2f}x" for r in run["round_ratios"][label][name])
-                  for name in EMBEDDING_FIGURES.values()]
+        mark = peer_mark(run) if label.startswith(S) else ""
+        cells = [f"{figures[name]:.1f}{mark}" for name in EMBEDDING_FIGURES.values()]
+        cells.append(f"{figures['least_cosine']:.4f}")
+        cells += ["; ".join(", ".join(f"{r:.2f}x" for r in ratios[label][name]) for name in EMBEDDING_FIGURES.values())
+                  if label in ratios else "" for ratios in by_peer.values()]
         lines.append("| " + " | ".join([label, *cells]) + " |")
     return "\n".join(lines)
 
