@@ -271,8 +271,14 @@ class LlamaModel:
         if llama_cpp.llama_decode(self.ctx, llama_cpp.llama_batch_get_one(tokens, 1)) != 0:
             raise WorkerError(f"warm-up decode failed: {llama_log.last_error('unknown error')}")
         llama_cpp.llama_synchronize(self.ctx)
-        llama_cpp.llama_memory_clear(self.memory, True)
+        self.clear_cells()
         probe(self.memory_kind, self.ctx, token)
+
+    def clear_cells(self) -> None:
+        """Every cell of every sequence emptied, its data cleared: on the CPU backend patch 0013 clears a buffer by
+        giving its pages back, so cells written before serving (the warm-up, the load-time check, the draft passes'
+        timing) stop holding memory until requests write there again."""
+        llama_cpp.llama_memory_clear(self.memory, True)
 
     def tokenize(self, text: str, *, add_special: bool = True, parse_special: bool = True) -> list[int]:
         data = text.encode("utf-8")

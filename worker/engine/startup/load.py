@@ -86,6 +86,7 @@ def _warm_up(model: LlamaModel, steps: EngineLoop) -> Numerics:
             steps.cache.distrust_moved_cells()
     if config.spec_type is SpecType.AUTO and steps.speculator and not numerics.drafts_keep_text:
         steps.stop_drafting()  # _say_loaded says why
+    model.clear_cells()  # what the check and the timings wrote: no request reuses it
     return numerics
 
 
