@@ -149,6 +149,8 @@ NOT_REACHED = {
     "one stream's decode, drafts off: 1.0x llama-server": lambda: _ratio(
         "throughput-drafts-off", ("llm-worker", "128x1", "decode_tok_s_p50"),
         ("llama-server", "128x1", "decode_tok_s_p50")),
+    "embeddings in exact mode: inputs a second at least llama-server's `--embeddings`": lambda: statistics.median(
+        summary("embeddings")["round_ratios"]["llama-server"]["llm-worker exact"]["single_inputs_s"]),
 }
 RATIO = re.compile(r"(\d+\.\d+)x")
 # Rows of "not reached" that quote each round's ratio to llama-server: "M.MMx, rounds L.LL-H.HHx", M their median.
