@@ -1,6 +1,6 @@
 """The published comparison tables, written from the committed runs (bench/results/summaries/), never typed: the
-README's comparison, and docs/benchmarks.md's exact-mode first-token table, its throughput tables, GuideLLM's and
-the embeddings table, each between its markers.
+README's short comparison (README_ROWS) and docs/benchmarks.md's whole one (ROWS), its exact-mode first-token table,
+its throughput tables, GuideLLM's and the embeddings table, each between its markers.
 
 A README row names its run and, per column, the server whose figures it quotes and how (a format string over the
 figures: `w` llm-worker's, `s` llama-server's, `p` llama_cpp.server's, `r` llm-worker's over the row's reference,
@@ -9,7 +9,7 @@ always the quoted figures' ratio, one definition for every table. `--write` puts
 tests/unit/test_published_figures.py fails while a page holds another. A llama-server figure from a run whose peer
 was built without our patches (every run before bench/build_llama_server.sh built it from the patched source) is
 marked UNPATCHED, and the README's table then says what the mark means. Each README row gives its run's date and
-commit, and the table's note the machines; `--stale` lists the runs whose commit's measured code (MEASURED_CODE)
+commit, and the tables' notes the machines; `--stale` lists the runs whose commit's measured code (MEASURED_CODE)
 differs from HEAD's, and the files: a reader with a clone sees which rows measured other code than the checkout's.
 Run: .venv/bin/python bench/tables.py [--write | --stale]
 """
@@ -141,6 +141,17 @@ ROWS = (
         bench_link("SPECULATIVE.md"), reference="llm-worker none"),
 )
 
+# The README's short table: the rows a person choosing a server asks first, where the worker trails as where it
+# leads (one stream and eight, their latency, memory, chat on two models, an outside client). docs/benchmarks.md has
+# every row.
+README_ROWS = (
+    "tok/s, 1 client, drafts off", "tok/s, 8 clients, drafts off",
+    "8 clients, drafts off: time to first token p50 / p99; inter-token p99; longest gap",
+    "peak RSS less the model, drafts off", "multi-turn chat, late-turn time to first token; wall time",
+    "hybrid model (LFM2-1.2B's shape, Q4_K_M), multi-turn chat: late-turn TTFT; wall",
+    "GuideLLM 0.8.1 (an outside client), 8 streams: output tok/s; inter-token ms (both means); TTFT p50",
+)
+
 
 def summary(name: str) -> dict[str, Any]:
     """A committed run, each server's figures with its peak RSS less the model where the run measured RSS."""
@@ -163,7 +174,8 @@ def ratios(ours: Any, theirs: Any) -> Any:
     return ours / theirs if isinstance(ours, (int, float)) and theirs else None
 
 
-def render_row(row: Row) -> str:
+def render_row(row: Row, root: str = "") -> str:
+    """The row as a table line, its links relative to a page in `root` ("../" for docs/)."""
     run = summary(row.run)
     servers = run["servers"]
     quoted = {name: column.quoted(servers) for name, column in zip("wsp", row.cells)}
@@ -175,7 +187,8 @@ def render_row(row: Row) -> str:
     cells = [column.text.format(**figures, best=best) for column in row.cells]
     if quoted["s"]:
         cells[1] += peer_mark(run)
-    parts = [row.label, *cells, f"{row.link} {run['date']} `{run['commit'][:7]}`"]
+    link = row.link.replace("](bench/", f"]({root}bench/")
+    parts = [row.label, *cells, f"{link} {run['date']} `{run['commit'][:7]}`"]
     return "|" + "|".join(f" {part} " if part else " " for part in parts) + "|"
 
 
@@ -188,12 +201,22 @@ def machines_note(names: list[str]) -> str:
     return f"Runs on an {usual}" + (f", but {exceptions}." if exceptions else ".")
 
 
+def _comparison(rows: list[Row], root: str) -> str:
+    """A comparison table, then its note: the machines, and the mark's meaning where a row carries it."""
+    lines = [render_row(row, root) for row in rows]
+    marked = any(UNPATCHED in line for line in lines)
+    note = " ".join([machines_note([row.run for row in rows]), *([UNPATCHED_NOTE] if marked else [])])
+    return "\n".join([HEADER, *lines, "", note])
+
+
 def readme() -> str:
-    """The README's comparison table, then its note: the machines, and the mark's meaning where a row carries it."""
-    rows = [render_row(row) for row in ROWS]
-    marked = any(UNPATCHED in row for row in rows)
-    note = " ".join([machines_note([row.run for row in ROWS]), *([UNPATCHED_NOTE] if marked else [])])
-    return "\n".join([HEADER, *rows, "", note])
+    """The README's short comparison: README_ROWS of ROWS."""
+    return _comparison([row for row in ROWS if row.label in README_ROWS], "")
+
+
+def comparison() -> str:
+    """docs/benchmarks.md's comparison: every row."""
+    return _comparison(list(ROWS), "../")
 
 
 def changed_since(commit: str) -> list[str]:
@@ -342,7 +365,8 @@ class Published:
 
 
 BENCHMARKS = REPO / "docs" / "benchmarks.md"
-TABLES = (Published(REPO / "README.md", readme), Published(BENCHMARKS, first_token), Published(BENCHMARKS, throughput),
+TABLES = (Published(REPO / "README.md", readme), Published(BENCHMARKS, comparison), Published(BENCHMARKS, first_token),
+          Published(BENCHMARKS, throughput),
           Published(BENCHMARKS, throughput_targets), Published(BENCHMARKS, guidellm), Published(BENCHMARKS, embeddings))
 
 

@@ -71,29 +71,45 @@ def test_every_readme_figure_row_has_a_run_that_measured_its_servers():
 
 def test_a_peer_built_without_our_patches_is_marked_where_its_figures_are_quoted():
     """A llama-server figure from a run whose peer was built without our patches (its summary names no patch set)
-    carries the mark, one from a peer built like the worker does not, and the README says what the mark means
-    where a row carries it."""
-    readme = (REPO / "README.md").read_text()
-    rows = {line.split("|")[1].strip(): line.split("|")[3] for line in readme.splitlines() if line.startswith("| ")}
-    marked = False
-    for row in tables.ROWS:
-        if row.cells[1].quoted(summary(row.run)["servers"]):
-            unpatched = not summary(row.run).get("llama_server_patches")
-            assert rows[row.label].rstrip().endswith(tables.UNPATCHED) == unpatched, row.label
-            marked |= unpatched
-    assert (tables.UNPATCHED_NOTE in readme) == marked, "the README's note on the mark does not match its rows"
+    carries the mark, one from a peer built like the worker does not, and each page's table says what the mark means
+    where a row of it carries it."""
+    for page, rows in _published_rows().items():
+        marked = False
+        for row in rows:
+            line = _line(page, row.label)
+            if row.cells[1].quoted(summary(row.run)["servers"]):
+                unpatched = not summary(row.run).get("llama_server_patches")
+                assert line.split("|")[3].rstrip().endswith(tables.UNPATCHED) == unpatched, (page, row.label)
+                marked |= unpatched
+        assert (tables.UNPATCHED_NOTE in page.read_text()) == marked, f"{page.name}'s note on the mark"
 
 
-def test_every_readme_row_names_its_runs_date_and_commit():
+def test_every_comparison_row_names_its_runs_date_and_commit():
     """A reader can tell which code a row measured (docs/benchmarks.md, "The rules"): its run's date and commit are in
     its last cell, and that commit is one of this repository's (`bench/tables.py --stale` diffs it against HEAD)."""
-    readme = (REPO / "README.md").read_text()
-    rows = {line.split("|")[1].strip(): line.split("|")[-2] for line in readme.splitlines() if line.startswith("| ")}
-    for row in tables.ROWS:
-        run = summary(row.run)
-        assert rows[row.label].strip().endswith(f"{run['date']} `{run['commit'][:7]}`"), row.label
-        known = subprocess.run(["git", "cat-file", "-e", f"{run['commit']}^{{commit}}"], cwd=REPO)
-        assert known.returncode == 0 or _shallow(), f"{row.run}'s commit {run['commit']} is not in this repository"
+    for page, rows in _published_rows().items():
+        for row in rows:
+            run = summary(row.run)
+            assert _line(page, row.label).split("|")[-2].strip().endswith(f"{run['date']} `{run['commit'][:7]}`"), (
+                page, row.label)
+            known = subprocess.run(["git", "cat-file", "-e", f"{run['commit']}^{{commit}}"], cwd=REPO)
+            assert known.returncode == 0 or _shallow(), f"{row.run}'s commit {run['commit']} is not in this repository"
+
+
+def test_the_readme_quotes_named_rows_of_the_whole_comparison():
+    """README_ROWS names rows that exist: a renamed row would drop out of the README's table unseen."""
+    assert set(tables.README_ROWS) <= {row.label for row in tables.ROWS}
+    assert len(tables.README_ROWS) == len(set(tables.README_ROWS)) >= 5
+
+
+def _published_rows() -> dict[Path, list[tables.Row]]:
+    """Each page with a comparison table, and the rows it holds."""
+    return {REPO / "README.md": [row for row in tables.ROWS if row.label in tables.README_ROWS],
+            REPO / "docs" / "benchmarks.md": list(tables.ROWS)}
+
+
+def _line(page: Path, label: str) -> str:
+    return next(line for line in page.read_text().splitlines() if line.startswith(f"| {label} |"))
 
 
 def test_stale_names_the_measured_files_changed_since_a_run():
