@@ -38,7 +38,7 @@ def projector(model_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Pat
 @pytest.fixture(scope="module")
 def vision(projector: Path, tmp_path_factory: pytest.TempPathFactory):
     worker = start_worker(tmp_path_factory.mktemp("vision"), "--mmproj", str(projector), "--parallel", "4",
-                          "--ctx-size", "2048")
+                          "--ctx-size", "2048", "--threads", "2", "--log-level", "debug")
     yield worker
     assert worker.stop() == 0, worker.log()[-3000:]
 
@@ -177,6 +177,30 @@ async def test_an_image_beside_three_text_streams_leaves_each_text_as_alone(http
     for (status, solo), (status_together, beside) in zip([*alone, image_alone], together):
         assert status == status_together == 200
         assert beside["choices"][0]["message"]["content"] == solo["choices"][0]["message"]["content"]
+
+
+async def test_the_encoder_takes_half_the_threads_only_beside_decoding_streams(http, vision):
+    """An image that arrives once every stream has ended is encoded with all the worker's threads (2), one that
+    arrives while a stream decodes with half: the flag the last stream's step set does not outlive it."""
+    assert (await ask(http, vision, [{"role": "user", "content": "Say hello."}], max_tokens=4))[0] == 200
+    assert (await ask(http, vision, image_message(png((10, 200, 90)))))[0] == 200  # colours no other test sends
+    alone = _encoded(vision)[-1]
+    body = {"prompt": "Tell a long story about a harbour.", "max_tokens": 400, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    async with http.post(vision.url + "/v1/completions", json=body) as streaming:
+        assert streaming.status == 200
+        await streaming.content.readline()  # the stream decodes
+        status, _ = await ask(http, vision, image_message(png((90, 10, 200))))
+    assert status == 200
+    beside = _encoded(vision)[-1]
+    assert (alone["threads"], beside["threads"]) == (2, 1), (alone, beside)
+    assert alone["tokens"] == beside["tokens"] == IMAGE_TOKENS
+
+
+def _encoded(worker: WorkerProcess) -> list[dict]:
+    """The worker's media_encoded log events, oldest first."""
+    return [event for line in worker.log().splitlines() if '"media_encoded"' in line
+            for event in [json.loads(line)] if event.get("event") == "media_encoded"]
 
 
 def test_the_openai_sdk_sends_one_and_two_images_streamed_and_not(vision):

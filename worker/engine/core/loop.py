@@ -249,6 +249,7 @@ class EngineLoop:
             return True
         self._update.apply(self._runner.run(plan), events)
         self._collect_finished()
+        self._runner.streams_decode(any(seq.state is SequenceState.DECODING for seq in self._running))
         if events:
             self._dispatch(events)
         for embedder, rows in pooled:  # after the step's tokens are on their way

@@ -120,6 +120,13 @@ class ModelRunner:
         if self.speculator:
             self.speculator.start(seq)
 
+    def streams_decode(self, decoding: bool) -> None:
+        """Whether sequences decode on after the step (its finished ones retired): the encoder takes half the threads
+        only beside them, and the flag run() set from the step's plan would outlive the last stream, so that an image
+        arriving once they ended was encoded with half the threads."""
+        if self.projector is not None:
+            self.projector.beside_streams = decoding
+
     def run(self, plan: StepPlan) -> StepOutput:
         out = StepOutput()
         if plan.decode or plan.prefill:

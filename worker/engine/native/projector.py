@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import time
 import weakref
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -59,9 +60,9 @@ class Projector:
         self._marker = params.media_marker  # the struct points at these bytes
         self._encoder = ThreadPoolExecutor(1, thread_name_prefix="encoder")
         self.threads = model.config.threads
-        # Set by the engine thread each step: streams decode beside the encoder, which then takes half the threads
-        # (bench/probes/RESULTS.md, "The encoder beside streams"): their steps are not starved, and an image alone
-        # is encoded with all of them.
+        # Set by the engine thread each step, and again once the step's finished sequences are retired: whether
+        # streams decode beside the encoder, which then takes half the threads (bench/probes/RESULTS.md, "The encoder
+        # beside streams"): their steps are not starved, and an image alone is encoded with all of them.
         self.beside_streams = False
         self._set_threads = _thread_setter()
         ctx = mtmd.mtmd_init_from_file(str(path).encode(), model.model, params)
@@ -178,11 +179,16 @@ class Projector:
 
     def encode(self, span: MediaSpan) -> ctypes.Array:
         """The span's embeddings, n_tokens x n_embd floats (the encoder thread: it runs the encoder's graph)."""
+        threads = self.threads
         if self._set_threads is not None:
-            self._set_threads(self.ctx, max(1, self.threads // 2) if self.beside_streams else self.threads)
+            threads = max(1, self.threads // 2) if self.beside_streams else self.threads
+            self._set_threads(self.ctx, threads)
+        started = time.perf_counter()
         status = mtmd.mtmd_encode_chunk(self.ctx, span.chunk)
         if status != 0:
             raise RuntimeError(f"mtmd_encode_chunk failed with status {status}: {llama_log.last_error('')}")
+        log.debug("media_encoded", tokens=span.n_tokens, threads=threads,
+                  ms=round((time.perf_counter() - started) * 1e3, 1))
         out = mtmd.mtmd_get_output_embd(self.ctx)
         size = span.n_tokens * self.n_embd
         copy = (ctypes.c_float * size)()
