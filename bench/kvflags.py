@@ -58,10 +58,10 @@ def main(argv: list[str] | None = None) -> int:
     f16_kv = prompts.kv_cache_bytes(base.ctx_size)  # f16 K and V: 2 bytes a value each
     model_mb = model.stat().st_size / MB
     env = environment(base)
-    lines = ["# KV cell types and flash attention: memory and one stream's decode", "", machine_line(base, env),
+    lines = ["# KV cell types and flash attention: memory", "", machine_line(base, env),
              f"- commit {env['commit']}; each configuration its own server, alone: {base.parallel} slots, "
-             f"{base.ctx_size} tokens of context, "
-             f"{base.threads} threads; one greedy 256-token completion after a 1,500-token prompt; one run", "",
+             f"{base.ctx_size} tokens of context, {base.threads} threads; one greedy 256-token completion after a "
+             "1,500-token prompt; one run", "",
              "MB are MiB; \"idle\" is RSS once the server has loaded and warmed up, \"peak\" the highest sampled while "
              "the request ran, both less the model file; the KV cells are resident only as far as they are written.",
              "", "| server | K | V | flash attention | prefix cache | -ub | KV cells allocated MB | peak RSS MB "

@@ -8,8 +8,8 @@ llama-server's unless the row names another of the run's servers); a column with
 always the quoted figures' ratio, one definition for every table. `--write` puts each table between its markers;
 tests/unit/test_published_figures.py fails while a page holds another. A llama-server figure from a run whose peer
 was built without our patches (every run before bench/build_llama_server.sh built it from the patched source) is
-marked UNPATCHED, and the README's table then says what the mark means. Each README row gives its run's date and
-commit, and the tables' notes the machines; `--stale` lists the runs whose commit's measured code (MEASURED_CODE)
+marked UNPATCHED, and a table holding such a row says what the mark means. Each comparison row gives its run's date
+and commit, and the tables' notes the machines; `--stale` lists the runs whose commit's measured code (MEASURED_CODE)
 differs from HEAD's, and the files: a reader with a clone sees which rows measured other code than the checkout's.
 Run: .venv/bin/python bench/tables.py [--write | --stale]
 """
